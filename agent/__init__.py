@@ -1,0 +1,1 @@
+"""The agent: planner, replay buffer, training loop and command-line entry points."""

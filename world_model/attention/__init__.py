@@ -1,0 +1,1 @@
+"""Attention operators sharing one call shape: (queries, keys, values, masks) -> (out, weights)."""
