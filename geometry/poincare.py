@@ -1,0 +1,224 @@
+"""The Poincare ball B^d = {z : |z| < 1} with curvature -1, as pure functions on tensors.
+
+Every function is batched over leading dimensions and acts on the last one (the coordinates).
+Shapes in comments use ``[..., d]`` for points and tangent vectors and ``[..., 1]`` for
+per-point scalars (kept so they broadcast against ``[..., d]``).
+
+Conventions (seed 003 Def 281, seed 000 §4): conformal factor lambda(z) = 2 / (1 - |z|^2),
+metric G(z) = lambda(z)^2 I, momentum p is a covector with velocity v = G^-1 p.
+
+Why not geoopt for these formulas: geoopt's ``PoincareBall`` is the reference the tests compare
+against, but (i) it projects every result to |z| <= 1 - 4e-3 in float32, far inside the
+|z| <= 1 - 1e-5 this project must support, and (ii) its distance goes through |(-x) (+) y|
+computed in the expanded Mobius form, which loses relative accuracy at small distances in
+float32. The forms below avoid both (each says how) and are tested against geoopt in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "sqnorm",
+    "one_minus_sqnorm",
+    "conformal_factor",
+    "metric_factor",
+    "inverse_metric_factor",
+    "metric_temperature",
+    "mobius_add",
+    "gyro_difference",
+    "gyration",
+    "dist",
+    "pairwise_dist",
+    "expmap0",
+    "logmap0",
+    "expmap",
+    "logmap",
+    "project",
+    "parallel_transport",
+    "christoffel_contract",
+    "kinetic_energy",
+    "kinetic_energy_grad",
+    "geodesic_flow",
+]
+
+
+MIN_NORM = 1e-15  # floor for norms and denominators (as in geoopt); far below any real scale
+
+
+def _safe_norm(x: Tensor) -> Tensor:
+    """|x| over the last dim, keepdim; clamped away from 0 so x / |x| is finite and the
+    gradient at x = 0 is 0 (clamp_min passes no gradient below its floor)."""
+    return x.norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)  # [..., 1]
+
+
+def sqnorm(x: Tensor, keepdim: bool = True) -> Tensor:
+    """|x|^2 over the last dim."""
+    return (x * x).sum(dim=-1, keepdim=keepdim)  # [..., 1]
+
+
+def one_minus_sqnorm(z: Tensor) -> Tensor:
+    """1 - |z|^2, floored at the dtype's eps so that points on (or rounded onto) the boundary
+    give large finite conformal factors instead of inf."""
+    return (1.0 - sqnorm(z)).clamp_min(torch.finfo(z.dtype).eps)  # [..., 1]
+
+
+def conformal_factor(z: Tensor) -> Tensor:
+    """lambda(z) = 2 / (1 - |z|^2)  (seed 003 Def 281)."""
+    return 2.0 / one_minus_sqnorm(z)  # [..., 1]
+
+
+def metric_factor(z: Tensor) -> Tensor:
+    """G(z) = lambda(z)^2 I, returned as the scalar lambda(z)^2  (seed 003 Def 281)."""
+    return conformal_factor(z).square()  # [..., 1]
+
+
+def inverse_metric_factor(z: Tensor) -> Tensor:
+    """G^-1(z) = (1 - |z|^2)^2 / 4 I, returned as the scalar  (seed 003 Def 281)."""
+    return (0.5 * one_minus_sqnorm(z)).square()  # [..., 1]
+
+
+def metric_temperature(z: Tensor, d_k: int) -> Tensor:
+    """tau(z) = sqrt(d_k) / lambda(z) = sqrt(d_k) (1 - |z|^2) / 2  (seed 003 Thm 99)."""
+    return (d_k**0.5) * 0.5 * one_minus_sqnorm(z)  # [..., 1]
+
+
+def mobius_add(x: Tensor, y: Tensor) -> Tensor:
+    """Mobius addition x (+) y on the unit ball (curvature -1).
+
+    x (+) y = ((1 + 2<x,y> + |y|^2) x + (1 - |x|^2) y) / (1 + 2<x,y> + |x|^2 |y|^2).
+    """
+    xy = (x * y).sum(-1, keepdim=True)  # [..., 1]
+    x2, y2 = sqnorm(x), sqnorm(y)  # [..., 1]
+    num = (1 + 2 * xy + y2) * x + (1 - x2) * y  # [..., d]
+    den = (1 + 2 * xy + x2 * y2).clamp_min(MIN_NORM)  # [..., 1]
+    return num / den
+
+
+def gyro_difference(x: Tensor, y: Tensor) -> Tensor:
+    """(-x) (+) y, the ball point that carries x to the origin and y along with it.
+
+    Written in delta = y - x so that nothing cancels when y is close to x:
+    (-x) (+) y = ((1 - |x|^2) delta - |delta|^2 x) / ((1 - |x|^2)(1 - |y|^2) + |delta|^2),
+    algebraically identical to mobius_add(-x, y).
+    """
+    delta = y - x  # [..., d]
+    d2 = sqnorm(delta)  # [..., 1]
+    ax, ay = one_minus_sqnorm(x), one_minus_sqnorm(y)  # [..., 1]
+    return (ax * delta - d2 * x) / (ax * ay + d2)
+
+
+def gyration(u: Tensor, v: Tensor, w: Tensor) -> Tensor:
+    """gyr[u, v] w = -(u (+) v) (+) (u (+) (v (+) w)), in Ungar's closed form (curvature -1):
+    w + 2 (A u + B v) / D with A = -<u,w>|v|^2 + <v,w> + 2<u,v><v,w>,
+    B = -<v,w>|u|^2 - <u,w>, D = 1 + 2<u,v> + |u|^2 |v|^2.
+    """
+    u2, v2 = sqnorm(u), sqnorm(v)  # [..., 1]
+    uv = (u * v).sum(-1, keepdim=True)
+    uw = (u * w).sum(-1, keepdim=True)
+    vw = (v * w).sum(-1, keepdim=True)
+    a = -uw * v2 + vw + 2 * uv * vw
+    b = -vw * u2 - uw
+    den = (1 + 2 * uv + u2 * v2).clamp_min(MIN_NORM)
+    return w + 2 * (a * u + b * v) / den  # [..., d]
+
+
+def dist(x: Tensor, y: Tensor, keepdim: bool = False) -> Tensor:
+    """Geodesic distance (seed 000 §4):
+    d(x, y) = arcosh(1 + 2|x - y|^2 / ((1 - |x|^2)(1 - |y|^2)))
+            = 2 asinh(|x - y| / sqrt((1 - |x|^2)(1 - |y|^2))).
+
+    The asinh form reads |x - y| directly (no |x|^2 + |y|^2 - 2<x,y> cancellation, no
+    arcosh(1 + tiny) loss), so it keeps float32 relative accuracy at small distances; its
+    gradient at x = y is 0 rather than NaN.
+    """
+    diff = (x - y).norm(dim=-1, keepdim=True)  # [..., 1]
+    scale = (one_minus_sqnorm(x) * one_minus_sqnorm(y)).sqrt()  # [..., 1]
+    d = 2.0 * torch.asinh(diff / scale)
+    return d if keepdim else d.squeeze(-1)
+
+
+def pairwise_dist(x: Tensor, y: Tensor) -> Tensor:
+    """All-pairs geodesic distance: x [..., N, d], y [..., M, d] -> [..., N, M].
+
+    Uses the accurate asinh form on explicit differences (memory O(N M d)); attention code
+    that needs large N, M picks its own trade-off (see world_model/attention/ida.py).
+    """
+    return dist(x.unsqueeze(-2), y.unsqueeze(-3))  # [..., N, M]
+
+
+def expmap0(v: Tensor) -> Tensor:
+    """exp_0(v) = tanh(|v|) v / |v|  (lambda(0) = 2)."""
+    n = _safe_norm(v)  # [..., 1]
+    return torch.tanh(n) * v / n
+
+
+def logmap0(y: Tensor) -> Tensor:
+    """log_0(y) = artanh(|y|) y / |y|; |y| is capped just below 1 so the result is finite."""
+    n = _safe_norm(y)
+    n_c = n.clamp_max(1 - torch.finfo(y.dtype).eps)
+    return torch.atanh(n_c) * y / n
+
+
+def expmap(x: Tensor, v: Tensor) -> Tensor:
+    """exp_x(v) = x (+) (tanh(lambda_x |v| / 2) v / |v|)  (tangent vector v at x)."""
+    n = _safe_norm(v)
+    second = torch.tanh(0.5 * conformal_factor(x) * n) * v / n  # [..., d]
+    return mobius_add(x, second)
+
+
+def logmap(x: Tensor, y: Tensor) -> Tensor:
+    """log_x(y) = (2 / lambda_x) artanh(|w|) w / |w|, w = (-x) (+) y (cancellation-free form)."""
+    w = gyro_difference(x, y)  # [..., d]
+    n = _safe_norm(w)
+    n_c = n.clamp_max(1 - torch.finfo(y.dtype).eps)
+    return (2.0 / conformal_factor(x)) * torch.atanh(n_c) * w / n
+
+
+def project(z: Tensor, max_norm: float) -> Tensor:
+    """Radially rescale points with |z| > max_norm onto the sphere of radius max_norm
+    (identity inside; differentiable; 0 < max_norm < 1)."""
+    if not 0.0 < max_norm < 1.0:
+        raise ValueError(f"max_norm must lie in (0, 1), got {max_norm}")
+    n = _safe_norm(z)
+    return z * (max_norm / n).clamp_max(1.0)
+
+
+def parallel_transport(x: Tensor, y: Tensor, v: Tensor) -> Tensor:
+    """Parallel transport of a tangent vector v at x to y along the geodesic:
+    P_{x->y}(v) = (lambda_x / lambda_y) gyr[y, -x] v. Preserves the metric norm
+    lambda |v|."""
+    return (conformal_factor(x) / conformal_factor(y)) * gyration(y, -x, v)
+
+
+def christoffel_contract(z: Tensor, v: Tensor) -> Tensor:
+    """Gamma(z)[v, v]^k = Gamma^k_ij(z) v^i v^j = lambda(z) (2 (z.v) v - |v|^2 z), in O(d)
+    (seed 003 Prop 19 / Def 291's closed form)."""
+    zv = (z * v).sum(-1, keepdim=True)  # [..., 1]
+    return conformal_factor(z) * (2 * zv * v - sqnorm(v) * z)  # [..., d]
+
+
+def kinetic_energy(z: Tensor, p: Tensor) -> Tensor:
+    """K(z, p) = 1/2 p^T G^-1(z) p = |p|^2 / (2 lambda(z)^2)  (position-dependent mass G)."""
+    return 0.5 * sqnorm(p) * inverse_metric_factor(z)  # [..., 1]
+
+
+def kinetic_energy_grad(z: Tensor, p: Tensor) -> Tensor:
+    """dK/dz for K = 1/2 p^T G^-1(z) p: since d lambda / dz = lambda^2 z,
+    dK/dz = -|p|^2 z / lambda(z). The kick -dK/dz is the geodesic term the seed's B step omits
+    (DESIGN.md, "Where the seeds are wrong")."""
+    return -sqnorm(p) * z / conformal_factor(z)  # [..., d]
+
+
+def geodesic_flow(z: Tensor, p: Tensor, t: float | Tensor) -> tuple[Tensor, Tensor]:
+    """Exact Hamiltonian flow of K(z, p) for time t (free motion along geodesics):
+    v = G^-1 p, z' = exp_z(t v), v' = P_{z->z'}(v), p' = G(z') v'.
+
+    This is the A step of a BAOAB scheme that carries the kinetic-energy gradient of the
+    position-dependent mass exactly (no -dK/dz kick is needed on top of it).
+    """
+    v = p * inverse_metric_factor(z)  # [..., d]
+    z_new = expmap(z, t * v)
+    v_new = parallel_transport(z, z_new, v)
+    return z_new, v_new * metric_factor(z_new)

@@ -1,0 +1,83 @@
+"""SU(2) pieces of seed 003: complex Pauli matrices, the chiral projector, commitment strength.
+
+The seed's listing builds the projector from a *real* proxy for sigma_2 ([[0, -1], [1, 0]]),
+which makes Pi = (I + n.sigma) / 2 non-idempotent whenever n_2 != 0 (tests/geometry/test_su2.py
+shows it). Here the Pauli matrices are the complex ones, so Pi is an exact rank-1 Hermitian
+projector for every unit n.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "complex_dtype_for",
+    "pauli",
+    "su2_element",
+    "adjoint_rotation",
+    "chiral_projector",
+    "commitment_strength",
+]
+
+DEGENERATE_NORM = 1e-6  # |P grad V| below this: no preferred direction, no commitment
+
+
+def complex_dtype_for(dtype: torch.dtype) -> torch.dtype:
+    """float32 -> complex64, float64 -> complex128 (complex dtypes map to themselves)."""
+    if dtype in (torch.complex64, torch.complex128):
+        return dtype
+    return torch.complex128 if dtype == torch.float64 else torch.complex64
+
+
+def pauli(dtype: torch.dtype = torch.complex128, device=None) -> Tensor:
+    """sigma_1, sigma_2, sigma_3 stacked: [3, 2, 2] complex Hermitian, sigma_a sigma_b =
+    delta_ab I + i eps_abc sigma_c."""
+    s = torch.zeros(3, 2, 2, dtype=complex_dtype_for(dtype), device=device)
+    s[0, 0, 1] = s[0, 1, 0] = 1
+    s[1, 0, 1], s[1, 1, 0] = -1j, 1j
+    s[2, 0, 0], s[2, 1, 1] = 1, -1
+    return s
+
+
+def su2_element(theta: Tensor) -> Tensor:
+    """U = exp(-i theta . sigma / 2) in SU(2): theta [..., 3] real -> [..., 2, 2] complex."""
+    sig = pauli(theta.dtype, theta.device)  # [3, 2, 2]
+    gen = torch.einsum("...a,aij->...ij", theta.to(sig.dtype), sig)  # [..., 2, 2]
+    return torch.linalg.matrix_exp(-0.5j * gen)
+
+
+def adjoint_rotation(u: Tensor) -> Tensor:
+    """The SO(3) image of U in SU(2): R_ab = 1/2 Tr(sigma_a U sigma_b U^dagger), so that
+    U (n . sigma) U^dagger = (R n) . sigma. [..., 2, 2] complex -> [..., 3, 3] real."""
+    sig = pauli(u.dtype, u.device)
+    rot = torch.einsum("aij,...jk,bkl,...il->...ab", sig, u, sig, u.conj())
+    return 0.5 * rot.real
+
+
+def chiral_projector(n: Tensor, eps: float = DEGENERATE_NORM) -> tuple[Tensor, Tensor]:
+    """Pi = 1/2 (I + n_hat . sigma), n_hat = n / |n|  (seed 003 Def 285).
+
+    n: [..., 3] real (the projected value gradient P grad V). Returns (Pi [..., 2, 2] complex,
+    degenerate [...] bool). Where |n| < eps the direction is undefined: the flag is set and Pi is
+    the zero matrix, so the commitment Psi^dagger Pi Psi is 0 (no commitment in ambiguous
+    regions) -- never NaN, and never a fake projector such as I/2.
+    """
+    norm = n.norm(dim=-1, keepdim=True)  # [..., 1]
+    degenerate = norm.squeeze(-1) < eps  # [...]
+    n_hat = n / norm.clamp_min(eps)  # finite on both branches, so the where() backward is too
+    sig = pauli(n.dtype, n.device)
+    eye = torch.eye(2, dtype=sig.dtype, device=n.device)
+    proj = 0.5 * (eye + torch.einsum("...a,aij->...ij", n_hat.to(sig.dtype), sig))
+    proj = torch.where(degenerate[..., None, None], torch.zeros_like(proj), proj)
+    return proj, degenerate
+
+
+def commitment_strength(psi: Tensor, proj: Tensor) -> Tensor:
+    """c = Psi^dagger Pi Psi per feature channel (seed 003 Def 285, gauge invariant by Thm 101).
+
+    psi: [..., 2, m] doublet (complex, or real promoted to complex), proj: [..., 2, 2].
+    Returns [..., m] real, in [0, |Psi|^2] for a projector.
+    """
+    psi = psi.to(proj.dtype)
+    return torch.einsum("...im,...ij,...jm->...m", psi.conj(), proj, psi).real

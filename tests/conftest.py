@@ -1,0 +1,25 @@
+"""Shared test helpers. Threads: never torch.set_num_threads(k >= 2) (PyTorch issue 142815)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+# Tolerances per dtype for comparisons against an independent reference.
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}
+
+
+def ball_points(
+    n: int, d: int, max_norm: float, dtype=torch.float64, seed: int = 0, min_norm: float = 0.0
+):
+    """n points in the d-ball with norms uniform in [min_norm, max_norm] (float64 construction)."""
+    g = torch.Generator().manual_seed(seed)
+    direction = torch.randn(n, d, generator=g, dtype=torch.float64)
+    direction = direction / direction.norm(dim=-1, keepdim=True)
+    radius = min_norm + (max_norm - min_norm) * torch.rand(n, 1, generator=g, dtype=torch.float64)
+    return (radius * direction).to(dtype)
+
+
+@pytest.fixture(params=[torch.float32, torch.float64], ids=["f32", "f64"])
+def dtype(request):
+    return request.param

@@ -1,0 +1,249 @@
+"""geometry.gauge: generators of SU(N_f) x SU(2) x U(1), Wilson lines in three modes (orthogonality,
+convergence, error orders), gauge transformations acting on the connection (covariance of the
+lines, invariance of transported inner products), composition and hierarchical cells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from geometry import gauge as G
+from tests.conftest import ball_points
+
+F64 = torch.float64
+D, K = 3, 8
+
+
+def make_connection(dtype=F64, seed=0, linear=1.0, k=K, d=D):
+    gens = G.gauge_generators(k, n_colors=2, dtype=dtype).stacked(1.0, 0.7, 0.4)
+    g = torch.Generator().manual_seed(seed)
+    c0 = torch.randn(d, gens.shape[0], generator=g, dtype=F64).to(dtype)
+    c1 = linear * torch.randn(d, d, gens.shape[0], generator=g, dtype=F64).to(dtype)
+    return G.affine_connection(gens, c0, c1), gens
+
+
+# --------------------------------------------------------------------------- generators
+
+
+def test_gell_mann():
+    for n in [1, 2, 3, 4]:
+        lam = G.gell_mann(n)
+        assert lam.shape == (n * n - 1, n, n)
+        torch.testing.assert_close(lam, lam.conj().transpose(-1, -2))
+        if n > 1:
+            torch.testing.assert_close(
+                torch.einsum("aii->a", lam), torch.zeros(n * n - 1, dtype=lam.dtype)
+            )
+            gram = torch.einsum("aij,bji->ab", lam, lam)
+            torch.testing.assert_close(gram, 2 * torch.eye(n * n - 1, dtype=lam.dtype))
+
+
+def test_realify_is_an_algebra_homomorphism():
+    g = torch.Generator().manual_seed(1)
+    a = torch.complex(
+        torch.randn(4, 4, generator=g, dtype=F64), torch.randn(4, 4, generator=g, dtype=F64)
+    )
+    b = torch.complex(
+        torch.randn(4, 4, generator=g, dtype=F64), torch.randn(4, 4, generator=g, dtype=F64)
+    )
+    torch.testing.assert_close(G.realify(a @ b), G.realify(a) @ G.realify(b))
+    torch.testing.assert_close(G.realify(a + b), G.realify(a) + G.realify(b))
+    q, _ = torch.linalg.qr(a)  # unitary -> orthogonal
+    rq = G.realify(q)
+    torch.testing.assert_close(rq @ rq.T, torch.eye(8, dtype=F64))
+
+
+def test_generators_skew_with_su2_algebra_and_commuting_factors():
+    gens = G.gauge_generators(16, n_colors=2, dtype=F64)
+    assert gens.binding.shape == (3, 16, 16) and gens.error.shape == (3, 16, 16)
+    assert gens.opportunity.shape == (1, 16, 16)
+    allg = gens.stacked(1.0, 1.0, 1.0)
+    torch.testing.assert_close(allg, -allg.transpose(-1, -2))
+
+    def comm(x, y):
+        return x @ y - y @ x
+
+    t = gens.error  # realified -i sigma/2: [t_a, t_b] = eps_abc t_c
+    torch.testing.assert_close(comm(t[0], t[1]), t[2])
+    torch.testing.assert_close(comm(t[1], t[2]), t[0])
+    torch.testing.assert_close(comm(t[2], t[0]), t[1])
+    for x in gens.binding:
+        for y in torch.cat([gens.error, gens.opportunity]):
+            assert comm(x, y).abs().max() < 1e-12  # product group: factors commute
+    for y in gens.error:
+        assert comm(gens.opportunity[0], y).abs().max() < 1e-12
+    with pytest.raises(ValueError):
+        G.gauge_generators(12, n_colors=2)
+
+
+# --------------------------------------------------------------------------- Wilson lines
+
+
+def test_path_ordered_lines_are_orthogonal(dtype):
+    conn, _ = make_connection(dtype=dtype)
+    z = ball_points(64, D, 0.95, dtype=dtype, seed=2)
+    u = G.wilson_line_to_origin(conn, z, mode="path_ordered", segments=16)
+    err = (u @ u.transpose(-1, -2) - torch.eye(K, dtype=dtype)).abs().max().item()
+    # float64: 1e-12. float32: each factor is orthogonal to rounding (~1e-7 x |H|), and the
+    # product of 16 accumulates it, so 1e-5 there
+    assert err < (1e-5 if dtype == torch.float32 else 1e-12), err
+    ue = G.wilson_line_to_origin(conn, z, mode="exp")
+    assert (ue @ ue.transpose(-1, -2) - torch.eye(K, dtype=dtype)).abs().max() < 1e-5
+    u1 = G.wilson_line_to_origin(conn, z, mode="first_order")
+    assert (
+        u1 @ u1.transpose(-1, -2) - torch.eye(K, dtype=dtype)
+    ).abs().max() > 1e-2  # I + H is not
+
+
+def _loglog_slope(xs, ys):
+    return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
+
+
+def test_path_ordered_converges_at_second_order_in_segments():
+    conn, _ = make_connection()
+    z = ball_points(16, D, 0.9, seed=3, min_norm=0.6)
+    ref = G.wilson_line_to_origin(conn, z, segments=2048)
+    segs = [4, 8, 16, 32, 64]
+    errs = [(G.wilson_line_to_origin(conn, z, segments=s) - ref).abs().max().item() for s in segs]
+    assert all(a > b for a, b in zip(errs, errs[1:], strict=False)), errs
+    slope = _loglog_slope(segs, errs)
+    assert -2.3 < slope < -1.7, (slope, errs)
+
+
+def test_first_order_errs_as_square_of_displacement():
+    conn, _ = make_connection()
+    z = ball_points(16, D, 0.9, seed=4, min_norm=0.8)
+    ts = [0.2, 0.1, 0.05, 0.025]
+    errs = []
+    for t in ts:
+        exact = G.wilson_line_to_origin(conn, t * z, segments=256)
+        errs.append(
+            (G.wilson_line_to_origin(conn, t * z, mode="first_order") - exact).abs().max().item()
+        )
+    slope = _loglog_slope(ts, errs)
+    assert 1.8 < slope < 2.2, (slope, errs)
+
+
+def test_exp_is_exact_only_for_commuting_path_increments():
+    const, _ = make_connection(linear=0.0)  # constant connection: increments commute
+    z = ball_points(16, D, 0.95, seed=5)
+    torch.testing.assert_close(
+        G.wilson_line_to_origin(const, z, mode="exp"),
+        G.wilson_line_to_origin(const, z, mode="path_ordered", segments=3),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    conn, _ = make_connection(linear=2.0)
+    exact = G.wilson_line_to_origin(conn, z, segments=1024)
+    err_exp = (G.wilson_line_to_origin(conn, z, mode="exp") - exact).abs().max()
+    assert err_exp > 1e-3  # P exp != exp of the integral when the connection does not commute
+
+
+def test_compose_via_origin_is_transport_along_the_broken_path():
+    conn, _ = make_connection()
+    z, zp = ball_points(8, D, 0.9, seed=6), ball_points(8, D, 0.9, seed=7)
+    origin = torch.zeros_like(z)
+    u_z = G.wilson_line_to_origin(conn, z, segments=32)
+    u_zp = G.wilson_line_to_origin(conn, zp, segments=32)
+    broken = G.wilson_line(conn, origin, z, segments=32) @ G.wilson_line(
+        conn, zp, origin, segments=32
+    )
+    torch.testing.assert_close(G.compose_via_origin(u_z, u_zp), broken, rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- gauge transformations
+
+
+def test_omega_is_orthogonal_and_its_derivative_matches_finite_differences():
+    _, gens = make_connection()
+    field = G.random_gauge_field(gens, D, generator=torch.Generator().manual_seed(8))
+    z = ball_points(8, D, 0.9, seed=9)
+    dz = torch.randn(8, D, dtype=F64)
+    om = G.gauge_omega(field, z)
+    torch.testing.assert_close(om @ om.transpose(-1, -2), torch.eye(K, dtype=F64).expand(8, K, K))
+    h = 1e-6
+    fd = (G.gauge_omega(field, z + h * dz) - G.gauge_omega(field, z - h * dz)) / (2 * h)
+    torch.testing.assert_close(G.gauge_omega_derivative(field, z, dz), fd, rtol=1e-6, atol=1e-8)
+    # the transformed connection is still skew
+    conn, _ = make_connection()
+    a_t = G.gauge_transform_connection(conn, field)(z, dz)
+    torch.testing.assert_close(a_t, -a_t.transpose(-1, -2))
+
+
+def test_wilson_lines_transform_covariantly_when_the_connection_is_transformed():
+    """U'(0 <- z) = Omega(0) U(0 <- z) Omega(z)^T (seed 003 Def 280), recomputed from A'."""
+    conn, gens = make_connection()
+    field = G.random_gauge_field(gens, D, generator=torch.Generator().manual_seed(10))
+    conn_t = G.gauge_transform_connection(conn, field)
+    z = ball_points(16, D, 0.9, seed=11)
+    om_0 = G.gauge_omega(field, torch.zeros_like(z))
+    om_z = G.gauge_omega(field, z)
+    errs = []
+    for s in [16, 64, 256]:
+        u = G.wilson_line_to_origin(conn, z, segments=s)
+        u_t = G.wilson_line_to_origin(conn_t, z, segments=s)
+        errs.append((u_t - om_0 @ u @ om_z.transpose(-1, -2)).abs().max().item())
+    assert errs[-1] < 1e-5 and errs[0] > errs[1] > errs[2], errs
+
+
+def _score_change(mode: str, segments: int = 256) -> float:
+    """max |<U_z psi, U_z' phi> - <U'_z Omega psi, U'_z' Omega phi>| over random pairs."""
+    conn, gens = make_connection(seed=12)
+    field = G.random_gauge_field(gens, D, generator=torch.Generator().manual_seed(13))
+    conn_t = G.gauge_transform_connection(conn, field)
+    z, zp = ball_points(32, D, 0.9, seed=14), ball_points(32, D, 0.9, seed=15)
+    psi, phi = torch.randn(32, K, dtype=F64), torch.randn(32, K, dtype=F64)
+
+    def transported(c, x, v):
+        return torch.einsum(
+            "bij,bj->bi", G.wilson_line_to_origin(c, x, mode=mode, segments=segments), v
+        )
+
+    before = (transported(conn, z, psi) * transported(conn, zp, phi)).sum(-1)
+    psi_t = torch.einsum("bij,bj->bi", G.gauge_omega(field, z), psi)
+    phi_t = torch.einsum("bij,bj->bi", G.gauge_omega(field, zp), phi)
+    after = (transported(conn_t, z, psi_t) * transported(conn_t, zp, phi_t)).sum(-1)
+    return (before - after).abs().max().item()
+
+
+def test_transported_inner_products_are_gauge_invariant_only_with_exact_transport():
+    assert _score_change("path_ordered", segments=1024) < 1e-5  # O(S^-2): 4e-5 at S = 256
+    assert _score_change("first_order") > 1e-2  # measurably not invariant
+
+
+def test_hierarchical_lines_approach_straight_lines_and_stay_covariant():
+    conn, gens = make_connection(seed=16)
+    field = G.random_gauge_field(gens, D, generator=torch.Generator().manual_seed(17))
+    conn_t = G.gauge_transform_connection(conn, field)
+    z = ball_points(64, D, 0.9, seed=18)
+    exact = G.wilson_line_to_origin(conn, z, segments=256)
+    om_0, om_z = G.gauge_omega(field, torch.zeros_like(z)), G.gauge_omega(field, z)
+    dev, cov = [], []
+    for level in [1, 2, 3, 4, 5]:
+        u = G.hierarchical_wilson_line_to_origin(conn, z, level, segments=64)
+        u_t = G.hierarchical_wilson_line_to_origin(conn_t, z, level, segments=64)
+        dev.append((u - exact).abs().max().item())
+        cov.append((u_t - om_0 @ u @ om_z.transpose(-1, -2)).abs().max().item())
+    assert dev[-1] < dev[0] / 8, dev
+    assert cov[-1] < cov[0] / 8, cov  # only the first-order hop inside the cell breaks covariance
+    centres = G.cell_centers(z, 3)
+    assert ((centres - z).abs() <= 2.0 / 8 / 2 + 1e-12).all()
+
+
+def test_gradcheck_wilson_lines():
+    gens = G.gauge_generators(4, n_colors=1, dtype=F64).stacked(1.0, 0.5, 0.3)
+    g = torch.Generator().manual_seed(19)
+    c0 = torch.randn(2, gens.shape[0], generator=g, dtype=F64).requires_grad_(True)
+    c1 = torch.randn(2, 2, gens.shape[0], generator=g, dtype=F64).requires_grad_(True)
+    z = ball_points(3, 2, 0.8, seed=20).requires_grad_(True)
+    for mode in ["first_order", "exp", "path_ordered"]:
+
+        def fn(a, b, x, mode=mode):
+            return G.wilson_line_to_origin(
+                G.affine_connection(gens, a, b), x, mode=mode, segments=4
+            )
+
+        assert torch.autograd.gradcheck(fn, (c0, c1, z)), mode
+    field = G.random_gauge_field(gens, 2, generator=g)
+    assert torch.autograd.gradcheck(lambda x: G.gauge_omega(field, x), (z,))

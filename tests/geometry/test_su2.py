@@ -1,0 +1,128 @@
+"""geometry.su2: Pauli algebra, the chiral projector (seed 003 Def 285), commitment strength and
+its SU(2) invariance (Thm 101), degenerate directions, and the seed listing's real proxy."""
+
+from __future__ import annotations
+
+import torch
+
+from geometry import su2
+
+
+def levi_civita() -> torch.Tensor:
+    eps = torch.zeros(3, 3, 3, dtype=torch.complex128)
+    for a, b, c in [(0, 1, 2), (1, 2, 0), (2, 0, 1)]:
+        eps[a, b, c], eps[b, a, c] = 1, -1
+    return eps
+
+
+def test_pauli_algebra():
+    s = su2.pauli()
+    eye = torch.eye(2, dtype=torch.complex128)
+    prod = torch.einsum("aij,bjk->abik", s, s)
+    ref = torch.eye(3)[:, :, None, None] * eye + 1j * torch.einsum(
+        "abc,cik->abik", levi_civita(), s
+    )
+    torch.testing.assert_close(prod, ref)
+    torch.testing.assert_close(s, s.conj().transpose(-1, -2))  # Hermitian
+
+
+def _random_directions(n, seed, scale=1.0):
+    return scale * torch.randn(
+        n, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)
+    )
+
+
+def test_projector_is_rank_one_hermitian_idempotent():
+    n = _random_directions(256, 0, scale=3.0)
+    proj, degenerate = su2.chiral_projector(n)
+    assert not degenerate.any()
+    assert (proj - proj @ proj).abs().amax() < 1e-10
+    assert (proj - proj.conj().transpose(-1, -2)).abs().amax() < 1e-10
+    trace = torch.diagonal(proj, dim1=-2, dim2=-1).sum(-1)
+    assert (trace - 1).abs().max() < 1e-10
+    # it projects onto the +1 eigenspace of n_hat . sigma
+    n_hat = n / n.norm(dim=-1, keepdim=True)
+    n_sigma = torch.einsum("...a,aij->...ij", n_hat.to(torch.complex128), su2.pauli())
+    assert (n_sigma @ proj - proj).abs().amax() < 1e-10
+
+
+def _seed_listing_real_projector(n: torch.Tensor) -> torch.Tensor:
+    """The seed 003 listing's ChiralProjector: sigma_2 replaced by the real [[0, -1], [1, 0]]."""
+    n_hat = n / n.norm(dim=-1, keepdim=True)
+    s1 = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=n.dtype)
+    s2 = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=n.dtype)
+    s3 = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=n.dtype)
+    x, y, z = n_hat.unbind(-1)
+    return 0.5 * (
+        torch.eye(2, dtype=n.dtype)
+        + x[:, None, None] * s1
+        + y[:, None, None] * s2
+        + z[:, None, None] * s3
+    )
+
+
+def test_seed_listing_real_proxy_is_not_idempotent():
+    n = _random_directions(256, 1)
+    fake = _seed_listing_real_projector(n)
+    violation = torch.linalg.matrix_norm(fake - fake @ fake)
+    # exact: (P - P^2) = n_2^2 / 2 * I for the proxy, so ||.||_F = n_2^2 / sqrt(2)
+    n_hat = n / n.norm(dim=-1, keepdim=True)
+    torch.testing.assert_close(violation, n_hat[:, 1] ** 2 / 2**0.5)
+    assert violation.max() > 0.3
+
+
+def test_degenerate_direction_gives_flag_and_zero_commitment():
+    n = torch.tensor(
+        [[0.0, 0.0, 0.0], [1e-9, 0.0, 0.0], [0.0, 1.0, 0.0]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    proj, degenerate = su2.chiral_projector(n)
+    assert degenerate.tolist() == [True, True, False]
+    assert (proj[:2] == 0).all()  # not I/2: no fake projector
+    psi = torch.randn(3, 2, 5, dtype=torch.complex128)
+    c = su2.commitment_strength(psi, proj)
+    assert (c[:2] == 0).all() and (c[2] > 0).all()
+    (g,) = torch.autograd.grad(c.sum(), n)
+    assert torch.isfinite(g).all()
+
+
+def test_commitment_is_su2_invariant_thm_101():
+    g = torch.Generator().manual_seed(2)
+    n = _random_directions(64, 3)
+    psi = torch.complex(
+        torch.randn(64, 2, 7, generator=g, dtype=torch.float64),
+        torch.randn(64, 2, 7, generator=g, dtype=torch.float64),
+    )
+    u = su2.su2_element(_random_directions(64, 4, scale=2.0))
+    # U is in SU(2)
+    eye = torch.eye(2, dtype=torch.complex128)
+    torch.testing.assert_close(u @ u.conj().transpose(-1, -2), eye.expand(64, 2, 2))
+    torch.testing.assert_close(torch.linalg.det(u), torch.ones(64, dtype=torch.complex128))
+    rot = su2.adjoint_rotation(u)
+    torch.testing.assert_close(
+        rot @ rot.transpose(-1, -2), torch.eye(3, dtype=torch.float64).expand(64, 3, 3)
+    )
+    proj, _ = su2.chiral_projector(n)
+    proj_u, _ = su2.chiral_projector(torch.einsum("bij,bj->bi", rot, n))
+    # Pi transforms in the adjoint: Pi(R n) = U Pi(n) U^dagger
+    torch.testing.assert_close(proj_u, u @ proj @ u.conj().transpose(-1, -2))
+    c = su2.commitment_strength(psi, proj)
+    c_u = su2.commitment_strength(u @ psi, proj_u)
+    torch.testing.assert_close(c_u, c)
+    # and it is a real number between 0 and |Psi|^2 per channel
+    assert (c >= -1e-12).all() and (c <= psi.abs().square().sum(-2) + 1e-12).all()
+
+
+def test_gradcheck():
+    n = _random_directions(3, 5).requires_grad_(True)
+    psi = torch.randn(3, 2, 4, dtype=torch.complex128, requires_grad=True)
+
+    def projector_real_imag(nn):
+        p, _ = su2.chiral_projector(nn)
+        return torch.view_as_real(p)
+
+    assert torch.autograd.gradcheck(projector_real_imag, (n,))
+    assert torch.autograd.gradcheck(
+        lambda nn, ps: su2.commitment_strength(ps, su2.chiral_projector(nn)[0]), (n, psi)
+    )
