@@ -1,0 +1,106 @@
+"""Langevin dynamics on the Poincare ball with position-dependent mass G(z) = lambda(z)^2 I, and
+its Boris-BAOAB splitting (seed 003 Def 278, Def 287, Thm 103), as pure functions.
+
+    H(z, p) = Phi(z) + K(z, p),   K = 1/2 p^T G^-1(z) p
+    dz = G^-1 p dt
+    dp = (-dPhi/dz - dK/dz + F) dt - gamma p dt + sqrt(2 gamma T) G^{1/2} dW
+
+Its stationary density (F = 0) is rho(z, p) ~ exp(-H/T), whose z-marginal is
+lambda(z)^d exp(-Phi(z)/T) (the Gaussian integral over p contributes sqrt(det G) = lambda^d).
+
+One BAOAB step of size h:
+    B  p += h/2 (-dPhi/dz + F)                  kick by the potential (and external) force
+    A  (z, p) <- geodesic_flow(z, p, h/2)       exact flow of K: carries -dK/dz exactly
+    O  p <- c1 p + c2 lambda(z) xi              exact OU: c1 = e^(-gamma h), c2 = sqrt((1-c1^2) T)
+    A, B as above.
+
+Seed 003's Def 287 kicks with grad Phi only and drifts z += h/2 G^-1 p: without the kinetic-energy
+gradient it does not target the Gibbs density (DESIGN.md). The geodesic term must be carried exactly
+once; `drift` selects how, so that tests can show both the right choice and what goes wrong:
+    "geodesic"  A is the exact geodesic flow (the default, closed form)
+    "kick"      A is the Euclidean drift z += h/2 G^-1 p, and -dK/dz joins the kick (explicit, O(h))
+    "none"      Euclidean drift and no -dK/dz: the seed listing's step (wrong stationary law)
+    "doubled"   geodesic flow AND -dK/dz in the kick (the term counted twice; also wrong)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from . import poincare as P
+
+__all__ = ["Drift", "ou_coefficients", "ou_step", "drift_step", "baoab_step", "hamiltonian"]
+
+Drift = Literal["geodesic", "kick", "none", "doubled"]
+ForceFn = Callable[[Tensor], Tensor]  # z [..., d] -> -dPhi/dz [..., d] (plus any external force)
+
+
+def ou_coefficients(gamma: float | Tensor, h: float, temperature: float | Tensor):
+    """c1 = exp(-gamma h), c2 = sqrt((1 - c1^2) T)  (seed 003 Thm 103's thermalisation constants)."""
+    if isinstance(gamma, Tensor) or isinstance(temperature, Tensor):
+        c1 = torch.exp(-torch.as_tensor(gamma) * h)
+        return c1, torch.sqrt(((1 - c1.square()) * temperature).clamp_min(0.0))
+    c1 = math.exp(-gamma * h)
+    return c1, math.sqrt(max((1 - c1 * c1) * temperature, 0.0))
+
+
+def ou_step(z: Tensor, p: Tensor, c1, c2, noise: Tensor | None) -> Tensor:
+    """Exact OU update of the momentum at fixed z, mass G = lambda^2 I (seed 003 Def 287 step 3):
+    p <- c1 p + c2 lambda(z) xi. noise = None gives the conditional mean c1 p (deterministic mode).
+    Leaves N(0, T G(z)) invariant. z, p, noise [..., d] -> [..., d]."""
+    if noise is None:
+        return c1 * p
+    return c1 * p + c2 * P.conformal_factor(z) * noise
+
+
+def drift_step(z: Tensor, p: Tensor, t: float, drift: Drift) -> tuple[Tensor, Tensor]:
+    """The A step for time t: exact geodesic flow, or a Euclidean drift of z at fixed p."""
+    if drift in ("geodesic", "doubled"):
+        return P.geodesic_flow(z, p, t)
+    return z + t * p * P.inverse_metric_factor(z), p
+
+
+def _kick_force(z: Tensor, p: Tensor, force: ForceFn, drift: Drift) -> Tensor:
+    f = force(z)
+    if drift in ("kick", "doubled"):
+        f = f - P.kinetic_energy_grad(z, p)
+    return f
+
+
+def baoab_step(
+    z: Tensor,
+    p: Tensor,
+    force: ForceFn,
+    h: float,
+    gamma: float = 0.0,
+    temperature: float = 0.0,
+    noise: Tensor | None = None,
+    drift: Drift = "geodesic",
+    max_norm: float = 1 - 1e-5,
+) -> tuple[Tensor, Tensor]:
+    """One B-A-O-A-B step of size h for the Langevin SDE above (module doc). force(z) returns the
+    conservative force -dPhi/dz (add external forces inside it). noise: standard normal [..., d]
+    for the O step, or None for its mean. Positions are projected to |z| <= max_norm after each
+    drift. z, p [..., d] -> (z, p) [..., d]."""
+    c1, c2 = ou_coefficients(gamma, h, temperature)
+    p = p + 0.5 * h * _kick_force(z, p, force, drift)
+    z, p = drift_step(z, p, 0.5 * h, drift)
+    z = P.project(z, max_norm)
+    p = ou_step(z, p, c1, c2, noise)
+    z, p = drift_step(z, p, 0.5 * h, drift)
+    z = P.project(z, max_norm)
+    p = p + 0.5 * h * _kick_force(z, p, force, drift)
+    return z, p
+
+
+def hamiltonian(z: Tensor, p: Tensor, potential: Callable[[Tensor], Tensor]) -> Tensor:
+    """H = Phi(z) + 1/2 p^T G^-1 p. potential(z) [..., d] -> [..., 1] or [...]."""
+    phi = potential(z)
+    if phi.dim() == z.dim() - 1:
+        phi = phi.unsqueeze(-1)
+    return phi + P.kinetic_energy(z, p)  # [..., 1]
