@@ -41,7 +41,7 @@ ForceFn = Callable[[Tensor], Tensor]  # z [..., d] -> -dPhi/dz [..., d] (plus an
 
 
 def ou_coefficients(gamma: float | Tensor, h: float, temperature: float | Tensor):
-    """c1 = exp(-gamma h), c2 = sqrt((1 - c1^2) T)  (seed 003 Thm 103's thermalisation constants)."""
+    """c1 = exp(-gamma h), c2 = sqrt((1 - c1^2) T)  (seed 003 Thm 103, thermalisation)."""
     if isinstance(gamma, Tensor) or isinstance(temperature, Tensor):
         c1 = torch.exp(-torch.as_tensor(gamma) * h)
         return c1, torch.sqrt(((1 - c1.square()) * temperature).clamp_min(0.0))
