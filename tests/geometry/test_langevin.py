@@ -146,3 +146,18 @@ def test_geodesic_drift_without_forces_is_the_geodesic_flow():
     z2, p2 = P.geodesic_flow(z, p, H)
     torch.testing.assert_close(z1, z2)
     torch.testing.assert_close(p1, p2)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+def test_substeps_equal_repeated_single_steps(gamma):
+    """baoab_substeps reuses force evaluations and merges half-flows: the same map, exactly."""
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    z = 0.7 * torch.rand(8, DIM, dtype=torch.float64) / DIM**0.5
+    p = torch.randn(8, DIM, dtype=torch.float64)
+    za, pa = L.baoab_substeps(z, p, force, H, 7, gamma, TEMP, generator=g1)
+    zb, pb = z, p
+    for _ in range(7):
+        xi = torch.randn(z.shape, generator=g2, dtype=z.dtype) if gamma > 0 else None
+        zb, pb = L.baoab_step(zb, pb, force, H, gamma, TEMP, noise=xi)
+    torch.testing.assert_close(za, zb, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(pa, pb, rtol=1e-12, atol=1e-12)

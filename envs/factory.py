@@ -1,0 +1,247 @@
+"""`make_env`: one call from an environment id to a gymnasium env ready for a model-based agent.
+
+Wrapper stack, inside out:
+
+1. ``gymnasium.make`` (the registration's ``TimeLimit``; ``max_episode_steps`` overrides it).
+2. ``SeedFirstReset``: the first ``reset()`` without a seed uses ``make_env``'s seed, so the same
+   seed gives the same first observation and, under the same actions, the same trajectory.
+3. ``RescaleAction`` onto [-1, 1] in every coordinate.
+4. ``BoundsAffineObservation``: a *fixed* affine map of every observation coordinate whose
+   declared bounds are finite onto [-1, 1] (Pendulum's angular velocity / 8, MountainCar's
+   position and velocity); unbounded coordinates pass through unchanged; float32 out.
+5. ``RecordEpisodeStatistics``: ``info["episode"] = {"r", "l", "t"}`` at the end of an episode.
+
+Why no running-statistics normaliser (``NormalizeObservation``): its mean and variance drift as
+the agent explores, so an observation stored in the replay buffer early means something else to
+the model later, and a learned dynamics model is fitted to a moving target. A fixed affine map
+from bounds the task declares keeps one meaning for every stored observation and still puts the
+coordinates on a common scale. Where a task declares no bounds (the MuJoCo tasks), the world
+model owns its input scaling (frozen statistics of its own data), not the environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.registration import load_env_creator
+from gymnasium.wrappers import RecordEpisodeStatistics, RescaleAction, TransformObservation
+
+__all__ = [
+    "SUPPORTED_ENVS",
+    "MUJOCO_ENVS",
+    "EnvError",
+    "EnvInfo",
+    "BoundsAffineObservation",
+    "SeedFirstReset",
+    "make_env",
+    "env_info",
+]
+
+MUJOCO_ENVS: tuple[str, ...] = ("InvertedPendulum-v5", "HalfCheetah-v5")
+SUPPORTED_ENVS: tuple[str, ...] = (
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
+    *MUJOCO_ENVS,
+    "PoincareDisk-v0",
+)
+
+# Bounds wider than this are treated as "no bound" (some tasks declare +-float32 max).
+_MAX_FINITE_BOUND = 1e6
+
+_SUPPORTED_LINE = "supported: " + ", ".join(SUPPORTED_ENVS)
+
+
+class EnvError(ValueError):
+    """Bad environment request (unknown id, discrete actions, missing dependency, bad argument).
+    ``str(err)`` is one line that names the supported choices; CLIs print it and exit 2."""
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """What an agent needs to size its networks and its rollouts."""
+
+    env_id: str
+    obs_dim: int
+    action_dim: int
+    max_episode_steps: int | None  # None: the env never truncates by itself
+
+
+class SeedFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Uses ``seed`` for the first ``reset()`` called without one (later resets continue the
+    env's seeded RNG, as gymnasium intends); an explicit ``reset(seed=...)`` always wins."""
+
+    def __init__(self, env: gym.Env, seed: int):
+        gym.utils.RecordConstructorArgs.__init__(self, seed=seed)
+        gym.Wrapper.__init__(self, env)
+        self._pending_seed: int | None = seed
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is None:
+            seed = self._pending_seed
+        self._pending_seed = None
+        return self.env.reset(seed=seed, options=options)
+
+
+class BoundsAffineObservation(TransformObservation):
+    """obs' = (obs - shift) * scale, with shift = (high + low) / 2 and scale = 2 / (high - low) on
+    the coordinates whose declared bounds are finite (so they land in [-1, 1]) and shift = 0,
+    scale = 1 elsewhere. The map is fixed at construction; ``shift`` and ``scale`` are exposed so
+    that a caller can undo it (obs = obs' / scale + shift). Output dtype float32."""
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)  # recreated from env alone (checker, spec)
+        space = env.observation_space
+        if not isinstance(space, spaces.Box):
+            raise EnvError(f"observation space must be a Box, got {space}; {_SUPPORTED_LINE}")
+        low = np.asarray(space.low, dtype=np.float64)
+        high = np.asarray(space.high, dtype=np.float64)
+        bounded = (
+            np.isfinite(low)
+            & np.isfinite(high)
+            & (np.abs(low) < _MAX_FINITE_BOUND)
+            & (np.abs(high) < _MAX_FINITE_BOUND)
+            & (high > low)
+        )
+        low_b, high_b = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
+        self.shift = 0.5 * (high_b + low_b)  # 0 where unbounded
+        self.scale = 2.0 / (high_b - low_b)  # 1 where unbounded
+        new_low = np.where(bounded, -1.0, low).astype(np.float32)
+        new_high = np.where(bounded, 1.0, high).astype(np.float32)
+        new_space = spaces.Box(new_low, new_high, dtype=np.float32)
+        shift, scale = self.shift, self.scale
+        super().__init__(
+            env,
+            lambda obs: ((np.asarray(obs, dtype=np.float64) - shift) * scale).astype(np.float32),
+            new_space,
+        )
+
+
+def _unknown_id_message(env_id: str) -> str:
+    close = difflib.get_close_matches(env_id, SUPPORTED_ENVS, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return (
+        f"unknown environment id {env_id!r}{hint}; {_SUPPORTED_LINE} "
+        "(other registered gymnasium ids with continuous Box actions also work, untested)"
+    )
+
+
+def _require_mujoco(env_id: str) -> None:
+    try:
+        importlib.import_module("mujoco")
+    except ImportError as err:
+        raise EnvError(
+            f"{env_id} needs MuJoCo, which is not installed ({err}); install with "
+            f"pip install -e '.[mujoco]', or pick one of: "
+            + ", ".join(e for e in SUPPORTED_ENVS if e not in MUJOCO_ENVS)
+        ) from None
+
+
+def _validate_arguments(
+    env_id: str, seed: int | None, render_mode: str | None, max_episode_steps: int | None
+) -> None:
+    if not isinstance(env_id, str):
+        raise EnvError(f"env_id must be a string, got {type(env_id).__name__}; {_SUPPORTED_LINE}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise EnvError(f"seed must be a non-negative int or None, got {seed!r}")
+    if max_episode_steps is not None and (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, int)
+        or max_episode_steps < 1
+    ):
+        raise EnvError(
+            f"max_episode_steps must be a positive int or None, got {max_episode_steps!r}"
+        )
+    if render_mode is not None and not isinstance(render_mode, str):
+        raise EnvError(f"render_mode must be a string or None, got {render_mode!r}")
+
+
+def make_env(
+    env_id: str = "Pendulum-v1",
+    seed: int | None = None,
+    *,
+    render_mode: str | None = None,
+    max_episode_steps: int | None = None,
+    **env_kwargs: Any,
+) -> gym.Env:
+    """Build ``env_id`` with actions in [-1, 1], fixed-affine observation scaling from declared
+    bounds, float32 observations and episode statistics (see the module docstring for the
+    stack and why it is a fixed map rather than a running normaliser).
+
+    ``seed`` seeds the first reset and the action and observation spaces, so the same seed gives
+    the same first observation and the same trajectory under the same actions. ``env_kwargs``
+    go to the environment's constructor (e.g. ``make_env("PoincareDisk-v0", preset=
+    "conservative", dt=0.05)``). Raises ``EnvError`` (a ``ValueError``, one line naming the
+    supported choices) for an unknown id, a non-Box action space, a missing optional dependency
+    or a bad argument.
+    """
+    _validate_arguments(env_id, seed, render_mode, max_episode_steps)
+    if env_id not in gym.registry:
+        raise EnvError(_unknown_id_message(env_id))
+    spec = gym.spec(env_id)
+    if env_id in MUJOCO_ENVS or "mujoco" in str(spec.entry_point):
+        _require_mujoco(env_id)
+
+    if render_mode is not None and isinstance(spec.entry_point, str):
+        modes = getattr(load_env_creator(spec.entry_point), "metadata", {}).get("render_modes", [])
+        if render_mode not in modes:
+            raise EnvError(
+                f"{env_id} does not render in mode {render_mode!r}; its modes: "
+                + (", ".join(modes) if modes else "none")
+            )
+
+    try:
+        env = gym.make(
+            env_id, max_episode_steps=max_episode_steps, render_mode=render_mode, **env_kwargs
+        )
+    except gym.error.DependencyNotInstalled as err:
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise EnvError(
+            f"{env_id} needs a missing dependency ({first_line}); for the MuJoCo tasks install "
+            f"with pip install -e '.[mujoco]'; {_SUPPORTED_LINE}"
+        ) from None
+    except TypeError as err:
+        raise EnvError(f"bad keyword argument for {env_id}: {str(err).splitlines()[0]}") from None
+    except ValueError as err:  # configuration validation (e.g. PoincareDiskConfig)
+        raise EnvError(f"bad configuration for {env_id}: {str(err).splitlines()[0]}") from None
+
+    if not isinstance(env.action_space, spaces.Box):
+        env.close()
+        raise EnvError(
+            f"{env_id} has a discrete (non-Box) action space {env.action_space}; this agent "
+            f"needs continuous actions; {_SUPPORTED_LINE}"
+        )
+    if not isinstance(env.observation_space, spaces.Box):
+        env.close()
+        raise EnvError(
+            f"{env_id} has a non-Box observation space {env.observation_space}; {_SUPPORTED_LINE}"
+        )
+
+    if seed is not None:
+        env = SeedFirstReset(env, seed)
+    env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))
+    env = BoundsAffineObservation(env)
+    env = RecordEpisodeStatistics(env)
+    if seed is not None:
+        env.action_space.seed(seed)
+        env.observation_space.seed(seed)
+    return env
+
+
+def env_info(env: gym.Env) -> EnvInfo:
+    """Observation and action sizes and the episode limit of an env built by ``make_env``."""
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, spaces.Box) or not isinstance(act_space, spaces.Box):
+        raise EnvError(f"env_info needs Box spaces, got {obs_space} and {act_space}")
+    spec = env.spec
+    return EnvInfo(
+        env_id=spec.id if spec is not None else type(env.unwrapped).__name__,
+        obs_dim=int(np.prod(obs_space.shape)),
+        action_dim=int(np.prod(act_space.shape)),
+        max_episode_steps=spec.max_episode_steps if spec is not None else None,
+    )
