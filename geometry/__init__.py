@@ -5,8 +5,10 @@
 - :mod:`geometry.sphere`    great-circle distance and the ball -> sphere maps of seed 000 §8.2.
 - :mod:`geometry.gauge`     gauge generators, connections, Wilson lines, gauge transformations.
 - :mod:`geometry.su2`       complex Pauli matrices, chiral projector, commitment strength.
+- :mod:`geometry.screening` area-law proxy, screening factor, confinement radius (seed 003 §8).
+- :mod:`geometry.langevin`  Langevin dynamics with mass G = lambda^2 I and its BAOAB splitting.
 """
 
-from . import gauge, poincare, sphere, su2
+from . import gauge, langevin, poincare, screening, sphere, su2
 
-__all__ = ["gauge", "poincare", "sphere", "su2"]
+__all__ = ["gauge", "langevin", "poincare", "screening", "sphere", "su2"]

@@ -1,9 +1,17 @@
-"""Shared test helpers. Threads: never torch.set_num_threads(k >= 2) (PyTorch issue 142815)."""
+"""Shared test helpers.
+
+Threads: one. The tests work on small tensors, where a second intra-op thread mostly spins
+(measured: the covariant-head tests took 84 s with two threads on a loaded 2-core machine and 7 s
+with one). Never torch.set_num_threads(k >= 2): with this torch it silently breaks batched LU
+(PyTorch issue 142815).
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+torch.set_num_threads(1)
 
 # Tolerances per dtype for comparisons against an independent reference.
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}

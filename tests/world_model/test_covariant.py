@@ -1,0 +1,596 @@
+"""world_model.attention.covariant: the covariant attention head of seed 003 (Defs 280-286, 291;
+Thms 98, 99, 101, 102) and its context bank.
+
+The head is checked against (i) standard softmax attention in the degenerate limit, reached by
+setting coefficients to 0 through the full code path, (ii) its own definition written out pair
+by pair with the geometry functions and explicit complex 2 x 2 algebra, (iii) autograd
+(gradcheck, gradients to every parameter) and (iv) the boundary of the ball.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from geometry import gauge, poincare, screening, su2
+from tests.conftest import ball_points
+from world_model.attention.context import ContextBank
+from world_model.attention.covariant import (
+    CovariantAttention,
+    CovariantAttentionConfig,
+    CovariantQueries,
+    apply_in_channels,
+    chiral_gate,
+    doublet_to_realified,
+    masked_softmax,
+    realified_to_doublet,
+)
+
+F64 = torch.float64
+D, FQ, FK, FV, FXV, DOUT = 3, 5, 4, 6, 2, 3
+WILSON_MODES = ["first_order", "exp", "path_ordered"]
+CHRISTOFFEL_MODES = ["full", "factorized", "poincare"]
+
+
+def make_head(dtype=F64, seed=0, **overrides) -> CovariantAttention:
+    kwargs = dict(d=D, d_query=FQ, d_key=FK, d_value=FV, d_out=DOUT, d_k=16, n_colors=2)
+    kwargs.update(overrides)
+    torch.manual_seed(seed)
+    return CovariantAttention(CovariantAttentionConfig(**kwargs)).to(dtype)
+
+
+def _rand(g, *shape, dtype=F64):
+    return torch.randn(*shape, generator=g, dtype=F64).to(dtype)
+
+
+def make_bank(b=2, n=7, dtype=F64, seed=1, max_norm=0.9, mask=True, min_norm=0.0):
+    g = torch.Generator().manual_seed(seed)
+    pos = ball_points(b * n, D, max_norm, seed=seed, min_norm=min_norm).reshape(b, n, D)
+    levels = torch.tensor([0, 1] * n)[:n].repeat(b, 1)  # both levels in every row
+    m = None
+    if mask:
+        m = torch.ones(b, n, dtype=torch.bool)
+        m[0, -1] = False
+    return ContextBank(
+        pos.to(dtype), _rand(g, b, n, FK, dtype=dtype), _rand(g, b, n, FV, dtype=dtype), levels, m
+    )
+
+
+def make_queries(b=2, q=3, dtype=F64, seed=2, max_norm=0.9, velocity=True, levels=True, **kw):
+    g = torch.Generator().manual_seed(seed)
+    pos = ball_points(b * q, D, max_norm, seed=seed + 100, **kw).reshape(b, q, D).to(dtype)
+    return CovariantQueries(
+        pos,
+        _rand(g, b, q, FQ, dtype=dtype),
+        velocity=0.3 * _rand(g, b, q, D, dtype=dtype) if velocity else None,
+        velocity_features=_rand(g, b, q, FXV, dtype=dtype) if velocity else None,
+        value_grad=_rand(g, b, q, D, dtype=dtype),
+        levels=torch.tensor([0, 1, 0] * q)[:q].repeat(b, 1) if levels else None,
+    )
+
+
+FULL_OPTIONS = dict(
+    d_velocity_features=FXV,
+    position_velocity=True,
+    temperature="calibrated",
+    string_tension=(0.8, 0.2),
+    chirality=0.7,
+    rank=2,
+)
+
+
+def _perturb_calibration(head, scale=0.05, slope=-0.1):
+    with torch.no_grad():
+        head.temperature_log_scale.fill_(scale)
+        head.temperature_log_slope.fill_(slope)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_invalid_configuration_and_inputs_give_one_clear_error():
+    base = dict(d=D, d_query=FQ, d_key=FK, d_value=FV, d_out=DOUT)
+    bad = [
+        (dict(d_k=12, n_colors=2), "multiple of 4 \\* n_colors"),
+        (dict(wilson="second_order"), "wilson must be one of"),
+        (dict(temperature="hot"), "temperature must be one of"),
+        (dict(christoffel="riemann"), "christoffel must be one of"),
+        (dict(area="volume"), "area must be one of"),
+        (dict(string_tension=(1.0,)), "one sigma per level"),
+        (dict(string_tension=(1.0, -0.1)), "finite and >= 0"),
+        (dict(query_level=2), "query_level must lie in"),
+        (dict(d=0), "d must be an int >= 1"),
+        (dict(segments=0), "segments must be an int >= 1"),
+        (dict(g_2=math.nan), "g_2 must be finite"),
+    ]
+    for overrides, match in bad:
+        with pytest.raises(ValueError, match=match):
+            CovariantAttentionConfig(**{**base, **overrides})
+
+    bank = make_bank()
+    pos, kf, vf, lv = bank.positions, bank.key_features, bank.value_features, bank.levels
+    with pytest.raises(ValueError, match="positions must be \\[B, N, d\\]"):
+        ContextBank(pos[0], kf, vf, lv)
+    with pytest.raises(ValueError, match="key_features must be \\[B, N, F\\]"):
+        ContextBank(pos, kf[:, :3], vf, lv)
+    with pytest.raises(ValueError, match="levels must be an integer tensor"):
+        ContextBank(pos, kf, vf, lv.double())
+    with pytest.raises(ValueError, match="levels must be >= 0"):
+        ContextBank(pos, kf, vf, -lv)
+    with pytest.raises(ValueError, match="mask must be a bool"):
+        ContextBank(pos, kf, vf, lv, torch.ones(2, 7))
+    with pytest.raises(ValueError, match="inside the unit ball"):
+        ContextBank(pos * 2, kf, vf, lv)
+
+    q = make_queries()
+    with pytest.raises(ValueError, match="positions must be \\[B, d\\] or \\[B, Q, d\\]"):
+        CovariantQueries(q.positions[0, 0], q.features[0, 0])
+    with pytest.raises(ValueError, match="features must have leading shape"):
+        CovariantQueries(q.positions, q.features[:, :2])
+    with pytest.raises(ValueError, match="inside the unit ball"):
+        CovariantQueries(q.positions / q.positions.norm(dim=-1, keepdim=True), q.features)
+    with pytest.raises(ValueError, match="levels must be an integer tensor"):
+        CovariantQueries(q.positions, q.features, levels=torch.zeros(2, 3))
+
+    head = make_head()
+    with pytest.raises(ValueError, match="expects d_key"):
+        head(q, ContextBank(pos, torch.cat([kf, kf], -1), vf, lv))
+    with pytest.raises(ValueError, match="context levels must lie in"):
+        head(q, ContextBank(pos, kf, vf, lv + 1))
+    with pytest.raises(ValueError, match="batch size 2 must be 1"):
+        head(make_queries(b=3), bank)
+    with pytest.raises(ValueError, match="query levels must lie in"):
+        head(CovariantQueries(q.positions, q.features, levels=q.levels + 2), bank)
+    with pytest.raises(ValueError, match="W_Qv term"):
+        make_head(d_velocity_features=FXV)(make_queries(velocity=False), bank)
+
+
+# --------------------------------------------------------------------------- degenerate limit
+
+
+def _degenerate_head(dtype, wilson, christoffel):
+    """Couplings 0 (Wilson lines = I exactly), constant temperature, geometric query terms 0,
+    sigma = 0, kappa = 0: coefficients, not bypass flags; the whole code path still runs."""
+    head = make_head(
+        dtype,
+        wilson=wilson,
+        christoffel=christoffel,
+        g_s=0.0,
+        g_2=0.0,
+        g_1=0.0,
+        temperature="constant",
+        string_tension=(0.0, 0.0),
+        chirality=0.0,
+        position_velocity=True,
+    )
+    with torch.no_grad():
+        head.w_qz.weight.zero_()
+        for name, p in head.named_parameters():
+            if name.startswith(("q_gamma", "q_zv", "w_q_gamma", "w_q_zv", "w_q_christoffel")):
+                p.zero_()
+    return head
+
+
+@pytest.mark.parametrize("christoffel", CHRISTOFFEL_MODES)
+@pytest.mark.parametrize("wilson", WILSON_MODES)
+def test_degenerate_limit_is_standard_softmax_attention(dtype, wilson, christoffel):
+    """Seed 003 'The Degenerate Limit': the head equals W_O softmax(QK^T / sqrt(d_k)) V
+    (torch's scaled_dot_product_attention as the reference) to 1e-6."""
+    head = _degenerate_head(dtype, wilson, christoffel)
+    bank, q = make_bank(dtype=dtype), make_queries(dtype=dtype)  # both levels, a mask, grad V
+    out, rec = head(q, bank)
+    ref_q = q.features @ head.w_q.weight.T  # [B, Q, d_k]
+    ref_k = bank.key_features @ head.w_k.weight.T
+    ref_v = bank.value_features @ head.w_v.weight.T
+    ref = F.scaled_dot_product_attention(ref_q, ref_k, ref_v, attn_mask=bank.mask[:, None, :])
+    ref_w = torch.softmax(
+        (ref_q @ ref_k.transpose(-1, -2) / math.sqrt(16)).masked_fill(~bank.mask[:, None], -1e30),
+        -1,
+    )
+    tol = dict(rtol=0.0, atol=1e-6) if dtype == torch.float32 else dict(rtol=0.0, atol=1e-12)
+    torch.testing.assert_close(out, ref @ head.w_o.weight.T, **tol)
+    torch.testing.assert_close(rec.weights, ref_w, **tol)
+    assert rec.projectors is not None  # the chiral gate ran, with kappa = 0
+
+
+# --------------------------------------------------------------------------- the definition
+
+
+PAULI = np.array([[[0, 1], [1, 0]], [[0, -1j], [1j, 0]], [[1, 0], [0, -1]]], dtype=complex)
+
+
+def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: ContextBank):
+    """The head's definition evaluated pair by pair (float64, numpy for the doublet algebra):
+    d_k x d_k Wilson lines from the full-representation generators of geometry.gauge,
+    pairwise transport U(z <- z') = U_{z->0}^T U_{z'->0}, Def 286's multiply-then-renormalise
+    screening, explicit Pauli matrices and per-(colour, channel) commitment gating."""
+    cfg = head.config
+    k, m = cfg.d_k, cfg.d_k // (4 * cfg.n_colors)
+    t = {n: p.detach() for n, p in head.named_parameters()}
+    # the connection in the full d_k-dim representation (the head works in the minimal one)
+    full = gauge.gauge_generators(k, cfg.n_colors, cfg.hypercharge, dtype=F64)
+    full = full.stacked(cfg.g_s, cfg.g_2, cfg.g_1)
+    conn = gauge.affine_connection(full, t["connection_c0"], t["connection_c1"])
+    sigma = t["screening_coupling"] ** 2
+    b_n, q_n, n_n = q.positions.shape[0], q.positions.shape[1], bank.size
+    outs = torch.zeros(b_n, q_n, cfg.d_out, dtype=F64)
+    weights = torch.zeros(b_n, q_n, n_n, dtype=F64)
+
+    def line(x):
+        return gauge.wilson_line(conn, x, torch.zeros_like(x), cfg.wilson, cfg.segments).detach()
+
+    for b in range(b_n):
+        for i in range(q_n):
+            z, v = q.positions[b, i], q.velocity[b, i]
+            lam = 2.0 / (1.0 - z @ z)
+            gamma_vv = lam * (2 * (z @ v) * v - (v @ v) * z)  # Prop 19 closed form
+            psi_q = (
+                t["w_q.weight"] @ q.features[b, i]
+                + t["w_qz.weight"] @ z
+                + t["w_qv.weight"] @ q.velocity_features[b, i]
+                + lam * ((t["q_gamma_u"] @ z) * (t["q_gamma_v"] @ z)).sum(0)
+                + t["w_q_christoffel.weight"] @ gamma_vv
+                + ((t["q_zv_u"] @ z) * (t["q_zv_v"] @ v)).sum(0)
+            )
+            u_z = line(z)
+            tau = (
+                math.sqrt(k)
+                / lam
+                * torch.exp(
+                    t["temperature_log_scale"] + t["temperature_log_slope"] * torch.log(lam / 2)
+                )
+            )
+            scores, screen, valid = [], [], []
+            for j in range(n_n):
+                zj = bank.positions[b, j]
+                pair = gauge.compose_via_origin(u_z, line(zj))
+                scores.append(psi_q @ pair @ (t["w_k.weight"] @ bank.key_features[b, j]))
+                area = 0.5 * lam**2 * ((z - zj) @ (z - zj))
+                charged = int(bank.levels[b, j]) != 0
+                screen.append(torch.exp(-sigma[q.levels[b, i]] * area) if charged else 1.0)
+                valid.append(bool(bank.mask[b, j]))
+            s = torch.stack(scores) / tau
+            s = s.masked_fill(~torch.tensor(valid), -math.inf)
+            alpha = torch.softmax(s, 0) * torch.tensor(screen, dtype=F64)
+            alpha = alpha / alpha.sum()
+            weights[b, i] = alpha
+            out = sum(
+                alpha[j]
+                * line(bank.positions[b, j])
+                @ (t["w_v.weight"] @ bank.value_features[b, j])
+                for j in range(n_n)
+            )
+            # chirality: complex doublet psi[c, s, j], Pi = (I + n.sigma)/2
+            o = out.numpy()
+            psi = (o[: k // 2] + 1j * o[k // 2 :]).reshape(cfg.n_colors, 2, m)
+            n_vec = (t["value_grad_proj.weight"] @ q.value_grad[b, i]).numpy()
+            n_hat = n_vec / np.linalg.norm(n_vec)
+            proj = 0.5 * (np.eye(2) + np.einsum("a,aij->ij", n_hat, PAULI))
+            kappa = float(t["chirality_strength"])
+            for c in range(cfg.n_colors):
+                for ch in range(m):
+                    phi = psi[c, :, ch]
+                    commit = np.real(phi.conj() @ proj @ phi) / np.real(phi.conj() @ phi)
+                    psi[c, :, ch] = phi + kappa * (commit * (proj @ phi) - phi)
+            flat = psi.reshape(-1)
+            real = torch.from_numpy(np.concatenate([flat.real, flat.imag]))
+            outs[b, i] = t["w_o.weight"] @ real
+    return outs, weights
+
+
+@pytest.mark.parametrize("wilson", WILSON_MODES)
+def test_head_equals_its_definition_pair_by_pair(wilson):
+    head = make_head(wilson=wilson, segments=4, **FULL_OPTIONS)
+    _perturb_calibration(head)
+    bank, q = make_bank(), make_queries()
+    out, rec = head(q, bank)
+    ref_out, ref_w = _reference_forward(head, q, bank)
+    torch.testing.assert_close(rec.weights, ref_w, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(head.scores(q, bank), rec.scores, rtol=1e-12, atol=1e-12)
+
+
+def test_full_and_factorized_quadratic_query_terms():
+    """Def 283's W(z, z) as a full 3-tensor and Def 291's rank-R factorisation: the rank-R
+    parameters, expanded to a full tensor W^c_ij = sum_r U_r[c, i] V_r[c, j], give the same
+    query field; 'full' mode evaluates that tensor."""
+    fact = make_head(christoffel="factorized", position_velocity=True, rank=3)
+    full = make_head(christoffel="full", position_velocity=True)
+    with torch.no_grad():
+        for name in ("w_q.weight", "w_qz.weight"):
+            full.get_parameter(name).copy_(fact.get_parameter(name))
+        full.w_q_gamma.copy_(torch.einsum("rci,rcj->cij", fact.q_gamma_u, fact.q_gamma_v))
+        full.w_q_zv.copy_(torch.einsum("rci,rcj->cij", fact.q_zv_u, fact.q_zv_v))
+    q = make_queries(velocity=True)
+    q_nov = CovariantQueries(q.positions, q.features, velocity=q.velocity)
+    torch.testing.assert_close(full.query_field(q_nov), fact.query_field(q_nov))
+
+
+# --------------------------------------------------------------------------- caching
+
+
+def test_prepared_context_equals_unprepared_with_one_wilson_line_per_entry_and_query(monkeypatch):
+    head = make_head(**FULL_OPTIONS)
+    shared = make_bank(b=1, n=9, mask=False)  # one bank for the whole batch (planning)
+    q = make_queries(b=4, q=3)
+    calls = []
+    real = gauge.wilson_line_to_origin
+
+    def counting(conn, z, **kw):
+        calls.append(z.shape[:-1].numel())
+        return real(conn, z, **kw)
+
+    monkeypatch.setattr(gauge, "wilson_line_to_origin", counting)
+    prepared = head.prepare(shared)
+    assert calls == [9]  # one line per context entry, for keys and values together
+    out_p, rec_p = head(q, prepared)
+    assert calls == [9, 4 * 3]  # one line per query; never one per (query, entry) pair
+    half_a, _ = head(CovariantQueries(*(t[:2] for t in _fields(q))), prepared)
+    half_b, _ = head(CovariantQueries(*(t[2:] for t in _fields(q))), prepared)
+    assert calls == [9, 12, 6, 6]
+    out_u, rec_u = head(q, shared)
+    torch.testing.assert_close(out_p, out_u, rtol=0, atol=0)
+    torch.testing.assert_close(torch.cat([half_a, half_b]), out_p, rtol=1e-12, atol=1e-14)
+    # the shared bank broadcasts exactly like its expanded copy
+    out_e, rec_e = head(q, shared.expand(4))
+    torch.testing.assert_close(out_e, out_u, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(rec_e.weights, rec_u.weights, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="needs the ContextBank"):
+        head.scores(q, prepared, field_map=lambda z, psi: psi)
+
+
+def _fields(q: CovariantQueries):
+    return [q.positions, q.features, q.velocity, q.velocity_features, q.value_grad, q.levels]
+
+
+def test_single_queries_and_concatenated_banks():
+    head = make_head(**FULL_OPTIONS)
+    macro = ContextBank.at_level(*(t[:1, :4] for t in _bank_tensors(make_bank(b=1))), level=0)
+    texture = make_bank(b=3, n=5, seed=4)
+    both = ContextBank.cat([macro, texture])
+    assert both.positions.shape == (3, 9, D) and both.mask.shape == (3, 9)
+    assert both.mask[:, :4].all() and (both.levels[:, :4] == 0).all()
+    torch.testing.assert_close(both.mask[:, 4:], texture.mask)
+    q = make_queries(b=3, q=1)
+    single = CovariantQueries(*(None if t is None else t[:, 0] for t in _fields(q)))
+    out_1, rec_1 = head(single, both)
+    out_m, rec_m = head(q, both)
+    assert out_1.shape == (3, DOUT) and rec_1.weights.shape == (3, 1, 9)
+    torch.testing.assert_close(out_1, out_m[:, 0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="incompatible batch sizes"):
+        ContextBank.cat([texture, make_bank(b=2)])
+
+
+def _bank_tensors(bank):
+    return bank.positions, bank.key_features, bank.value_features
+
+
+# --------------------------------------------------------------------------- screening
+
+
+def test_screening_is_defs_286_multiply_and_renormalise_with_macro_entries_exempt():
+    head = make_head(**FULL_OPTIONS)
+    bank, q = make_bank(), make_queries()
+    _, rec = head(q, bank)
+    with torch.no_grad():
+        sigma = head.string_tension().clone()
+        head.screening_coupling.zero_()
+        _, bare = head(q, bank)
+    area = screening.pairwise_string_area(q.positions, bank.positions)  # [B, Q, N]
+    factor = screening.screening_factor(area, sigma[q.levels].unsqueeze(-1))
+    factor = torch.where(bank.levels.unsqueeze(-2) == 0, torch.ones_like(factor), factor)
+    expected = bare.weights * factor
+    expected = expected / expected.sum(-1, keepdim=True)
+    torch.testing.assert_close(rec.weights, expected, rtol=1e-10, atol=1e-14)
+    # macro entries keep their bare odds against each other: screening only touches texture
+    macro = (bank.levels[0] == 0) & bank.mask[0]
+    ratio = rec.weights[0][:, macro] / bare.weights[0][:, macro]
+    torch.testing.assert_close(ratio, ratio[:, :1].expand_as(ratio))
+
+
+def test_hard_screening_stays_finite_where_multiply_and_renormalise_gives_nan():
+    """sigma A beyond the float range: exp(-sigma A) underflows to 0 for every texture entry,
+    so a texture-only row is 0 / 0 in the seed's form; the log-space form keeps the weights of
+    the least-screened entry."""
+    head = make_head(string_tension=(1e6, 1e6))
+    bank = make_bank(b=1, n=5, mask=False)
+    bank = ContextBank(
+        bank.positions, bank.key_features, bank.value_features, torch.ones_like(bank.levels)
+    )
+    q = make_queries(b=1, q=2, levels=False)
+    out, rec = head(q, bank)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(rec.weights.sum(-1), torch.ones(1, 2, dtype=F64))
+    area = screening.pairwise_string_area(q.positions, bank.positions)
+    with torch.no_grad():
+        head.screening_coupling.zero_()
+        _, bare = head(q, bank)
+    naive = bare.weights * screening.screening_factor(area, 1e6)
+    assert (naive.sum(-1) == 0).all()  # every factor underflowed: renormalising is 0 / 0
+    # the weight goes to the entry with the smallest area
+    assert (rec.weights.argmax(-1) == area.argmin(-1)).all()
+
+
+def test_geodesic_area_option():
+    head = make_head(area="geodesic", **FULL_OPTIONS)
+    bank, q = make_bank(), make_queries()
+    pen = head.screening_penalty(q.positions, bank.positions, q.levels, bank.levels)
+    d_g = poincare.pairwise_dist(q.positions, bank.positions)
+    sigma = head.string_tension()[q.levels].unsqueeze(-1)
+    expected = sigma * 0.5 * d_g**2 * (bank.levels != 0).unsqueeze(-2)
+    torch.testing.assert_close(pen, expected)
+
+
+def test_masked_rows_give_zero_output_and_no_nan():
+    head = make_head(**FULL_OPTIONS)
+    bank = make_bank()
+    bank.mask[1] = False
+    q = make_queries()
+    params = list(head.parameters())
+    out, rec = head(q, bank)
+    assert (out[1] == 0).all() and (rec.weights[1] == 0).all()
+    grads = torch.autograd.grad(out.sum(), params, allow_unused=True)
+    assert all(g is None or torch.isfinite(g).all() for g in grads)
+    w = masked_softmax(torch.zeros(2, 3), torch.tensor([[True, False, True], [False] * 3]))
+    torch.testing.assert_close(w, torch.tensor([[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]]))
+
+
+# --------------------------------------------------------------------------- chirality
+
+
+def test_realified_doublet_layout_matches_the_gauge_generators():
+    """R^{d_k} = realification of C^{N_f} (x) C^2 (x) C^m: the SU(2)_L generators (realified
+    -i sigma_b / 2) act on the doublet axis of realified_to_doublet, the colour ones on the
+    colour axis."""
+    n_c, k = 2, 24
+    gens = gauge.gauge_generators(k, n_c, dtype=F64)
+    x = torch.randn(5, k, dtype=F64)
+    psi = realified_to_doublet(x, n_c)
+    assert psi.shape == (5, n_c, 2, 3)
+    torch.testing.assert_close(doublet_to_realified(psi), x)
+    sig = su2.pauli(F64)
+    for b in range(3):
+        moved = realified_to_doublet(x @ gens.error[b].T, n_c)
+        torch.testing.assert_close(moved, torch.einsum("st,bctm->bcsm", -0.5j * sig[b], psi))
+    lam = gauge.gell_mann(n_c)
+    for a in range(lam.shape[0]):
+        moved = realified_to_doublet(x @ gens.binding[a].T, n_c)
+        torch.testing.assert_close(moved, torch.einsum("cd,bdsm->bcsm", -0.5j * lam[a], psi))
+
+
+def test_lines_in_the_minimal_representation_act_like_the_full_d_k_lines():
+    """geometry.gauge's generators on R^{d_k} are those on R^r (r = 4 N_f) tensored with I_m;
+    apply_in_channels(U_r, psi) equals U_{d_k} psi for Wilson lines of every mode."""
+    n_c, k = 2, 24
+    g = torch.Generator().manual_seed(5)
+    small = gauge.gauge_generators(4 * n_c, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
+    big = gauge.gauge_generators(k, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
+    c0 = torch.randn(D, small.shape[0], generator=g, dtype=F64)
+    c1 = torch.randn(D, D, small.shape[0], generator=g, dtype=F64)
+    z = ball_points(5, D, 0.9, seed=6)
+    psi = torch.randn(5, k, generator=g, dtype=F64)
+    for mode in WILSON_MODES:
+        u_small = gauge.wilson_line_to_origin(gauge.affine_connection(small, c0, c1), z, mode=mode)
+        u_big = gauge.wilson_line_to_origin(gauge.affine_connection(big, c0, c1), z, mode=mode)
+        assert u_small.shape == (5, 8, 8) and u_big.shape == (5, k, k)
+        torch.testing.assert_close(
+            apply_in_channels(u_small, psi), (u_big @ psi.unsqueeze(-1)).squeeze(-1)
+        )
+
+
+def test_chiral_gate_identity_idempotence_degeneracy_and_su2_covariance():
+    n_c, k = 2, 16
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(6, k, generator=g, dtype=F64)
+    n = torch.randn(6, 3, generator=g, dtype=F64)
+    proj, _ = su2.chiral_projector(n)
+    torch.testing.assert_close(chiral_gate(x, proj, n_c, 0.0), x)  # kappa = 0: identity
+    once = chiral_gate(x, proj, n_c, 1.0)
+    torch.testing.assert_close(chiral_gate(once, proj, n_c, 1.0), once)  # committed is fixed
+    # the committed doublet lies in the range of Pi, with |.| <= |Psi|
+    psi1 = realified_to_doublet(once, n_c)
+    torch.testing.assert_close(proj[:, None] @ psi1, psi1)
+    assert (
+        psi1.abs().square().sum(-2) <= realified_to_doublet(x, n_c).abs().square().sum(-2) + 1e-12
+    ).all()
+    # degenerate direction: Pi = 0, no commitment, (1 - kappa) Psi
+    proj0, degenerate = su2.chiral_projector(torch.zeros(6, 3, dtype=F64))
+    assert degenerate.all()
+    torch.testing.assert_close(chiral_gate(x, proj0, n_c, 0.25), 0.75 * x)
+    # SU(2) covariance (Thm 101): gate(U Psi, U Pi U^dag) = U gate(Psi, Pi)
+    theta = torch.randn(6, 3, generator=g, dtype=F64)
+    u_real = torch.linalg.matrix_exp(
+        torch.einsum("na,aij->nij", theta, gauge.gauge_generators(k, n_c, dtype=F64).error)
+    )
+    u_c = su2.su2_element(theta)  # exp(-i theta.sigma/2), the same group element on C^2
+    proj_rot = u_c @ proj @ u_c.conj().transpose(-1, -2)
+    lhs = chiral_gate((u_real @ x.unsqueeze(-1)).squeeze(-1), proj_rot, n_c, 0.6)
+    rhs = (u_real @ chiral_gate(x, proj, n_c, 0.6).unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(lhs, rhs)
+
+
+# --------------------------------------------------------------------------- autograd
+
+
+@pytest.mark.parametrize("christoffel", CHRISTOFFEL_MODES)
+def test_gradients_reach_every_parameter(christoffel):
+    head = make_head(christoffel=christoffel, **FULL_OPTIONS)
+    _perturb_calibration(head)
+    bank, q = make_bank(), make_queries()  # macro and texture queries and entries
+    out, _ = head(q, bank)
+    names, params = zip(*head.named_parameters(), strict=True)
+    grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
+    dead = [n for n, g in zip(names, grads, strict=True) if g is None or g.abs().sum() == 0]
+    assert not dead, dead
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+def test_float64_gradcheck_on_a_small_head():
+    """Inputs (query and entry positions, features, velocity, value gradient) and every
+    parameter, through each Wilson-line mode, by random projections of the Jacobian (gradcheck
+    fast mode; the full Jacobian in all ~450 parameters takes minutes on the shared 2 cores),
+    plus the full Jacobian in the geometric inputs (positions, velocity, value gradient)."""
+    for wilson in WILSON_MODES:
+        head = make_head(d_k=8, segments=2, wilson=wilson, **FULL_OPTIONS)
+        _perturb_calibration(head)
+        bank, q = make_bank(b=1, n=3), make_queries(b=1, q=2)
+        names, params = zip(*head.named_parameters(), strict=True)
+        params = tuple(p.detach().clone().requires_grad_(True) for p in params)
+        inputs = (
+            q.positions.clone().requires_grad_(True),
+            q.features.clone().requires_grad_(True),
+            q.velocity.clone().requires_grad_(True),
+            q.value_grad.clone().requires_grad_(True),
+            bank.positions.clone().requires_grad_(True),
+            bank.value_features.clone().requires_grad_(True),
+        )
+
+        def fn(zq, xq, vq, gq, zk, xv, *ps, names=names, head=head, q=q, bank=bank):
+            queries = CovariantQueries(zq, xq, vq, q.velocity_features, gq, q.levels)
+            ctx = ContextBank(zk, bank.key_features, xv, bank.levels, bank.mask)
+            out, _ = functional_call(head, dict(zip(names, ps, strict=True)), (queries, ctx))
+            return out
+
+        # every input and parameter element (fast mode: random projections of the Jacobian)
+        assert torch.autograd.gradcheck(fn, inputs + params, atol=1e-5, fast_mode=True), wilson
+        if wilson == "path_ordered":  # the full Jacobian in the geometric inputs
+            rest = [t.detach() for t in (inputs[1], inputs[5], *params)]
+
+            def geo(zq, vq, gq, zk, fn=fn, rest=rest):
+                return fn(zq, rest[0], vq, gq, zk, rest[1], *rest[2:])
+
+            geo_inputs = (inputs[0], inputs[2], inputs[3], inputs[4])
+            assert torch.autograd.gradcheck(geo, geo_inputs, atol=1e-5)
+
+
+@pytest.mark.parametrize("christoffel", ["full", "poincare"])
+@pytest.mark.parametrize("wilson", WILSON_MODES)
+def test_finite_values_and_gradients_near_the_boundary(wilson, christoffel):
+    """float32, queries and entries with |z| up to 1 - 1e-5 (lambda ~ 1e5, tau ~ 1e-5)."""
+    f32 = torch.float32
+    head = make_head(f32, wilson=wilson, christoffel=christoffel, **FULL_OPTIONS)
+    _perturb_calibration(head)
+    bank = make_bank(dtype=f32, max_norm=1 - 1e-5, min_norm=0.99)
+    q = make_queries(dtype=f32, max_norm=1 - 1e-5, min_norm=0.999)
+    radii = torch.tensor([1 - 1e-5, 1 - 1e-4, 0.999], dtype=F64)
+    pos = q.positions.detach().double()
+    pos = (pos / pos.norm(dim=-1, keepdim=True) * radii[: pos.shape[1], None]).to(f32)
+    assert pos.norm(dim=-1).max() > 1 - 2e-5
+    zq = pos.requires_grad_(True)
+    zk = bank.positions.clone().requires_grad_(True)
+    queries = CovariantQueries(
+        zq, q.features, q.velocity, q.velocity_features, q.value_grad, q.levels
+    )
+    out, rec = head(
+        queries, ContextBank(zk, bank.key_features, bank.value_features, bank.levels, bank.mask)
+    )
+    assert torch.isfinite(out).all() and torch.isfinite(rec.weights).all()
+    assert torch.isfinite(rec.tau).all() and (rec.tau > 0).all()
+    params = list(head.parameters())
+    grads = torch.autograd.grad(out.sum(), [zq, zk, *params], allow_unused=True)
+    assert all(g is None or torch.isfinite(g).all() for g in grads)

@@ -1,0 +1,679 @@
+"""One covariant cross-attention head (seed 003 Defs 280-286, 291; Thms 98, 99, 101, 102).
+
+For a query at z in the Poincare ball and context entries at z':
+
+    psi_Q(z)  = W_Q x + W_Qz z + W_Qv x_v + W_QGamma(z, z) [+ W_Qzv(z, v)]   Def 283 / 291
+    psi_K(z') = W_K x_K(z'),   psi_V(z') = W_V x_V(z')                        fields, local frame
+    Q~ = U_{z->0} psi_Q,  K~ = U_{z'->0} psi_K,  V~ = U_{z'->0} psi_V         Def 282 (Wilson lines)
+    s(z, z')  = <Q~, K~>                                                      Thm 98 (real rep.)
+    l(z, z')  = s / tau(z),   tau(z) = sqrt(d_k) / lambda(z)                  Thm 99
+    alpha     = softmax_z'( l - sigma(level(z)) A(z, z') [z' colour-charged] )  Def 286
+    out       = W_O chiral( sum_z' alpha V~ )                                 Defs 284-285
+
+- Representation: R^{d_k} is the realification of C^{N_f} (x) C^2 (x) C^m and the gauge group
+  acts on C^{N_f} (x) C^2 only, so every line is U (x) I_m with U acting on R^r, r = 4 N_f
+  (geometry.gauge.gauge_generators(r, N_f)). The head computes the lines in that minimal
+  representation and applies them channel by channel (:func:`apply_in_channels`): the same
+  transport as the d_k x d_k lines, with matrix exponentials (d_k / r)^3 times cheaper.
+- Wilson lines: one U_{z->0} per context entry (in :meth:`CovariantAttention.prepare`, reused for
+  keys and values and cached across queries) and one per query; never one per (query, key) pair:
+  <U_z psi, U_z' phi> = psi^T U_z^T U_z' phi is the pairwise transport composed via the origin.
+- Screening is applied as the log-space identity
+  alpha S / sum(alpha S) = softmax(l - sigma A) for S = exp(-sigma A): the same weights as Def 286's
+  multiply-then-renormalise, without underflow when every entry is screened hard.
+- Chirality: the output is read as a doublet over the C^2 slot of that same layout, projected
+  with Pi = (I + n.sigma)/2 (complex Pauli matrices, geometry.su2), n = P grad V, gated by the
+  normalised commitment c^ = Psi^dag Pi Psi / |Psi|^2, and mixed in with strength kappa:
+  Psi + kappa (c^ Pi Psi - Psi).
+
+The degenerate limit (all couplings 0, temperature "constant", W_Qz = W_QGamma = 0, sigma = 0,
+kappa = 0) is standard attention W_O softmax(QK^T / sqrt(d_k)) V through this same code path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from geometry import gauge, poincare, screening, su2
+
+from .context import MACRO_LEVEL, ContextBank
+
+__all__ = [
+    "ChristoffelMode",
+    "TemperatureMode",
+    "AreaProxy",
+    "FieldMap",
+    "bilinear",
+    "low_rank_bilinear",
+    "apply_in_channels",
+    "transport_to_origin",
+    "masked_softmax",
+    "realified_to_doublet",
+    "doublet_to_realified",
+    "chiral_gate",
+    "CovariantAttentionConfig",
+    "CovariantQueries",
+    "PreparedContext",
+    "AttentionRecord",
+    "CovariantAttention",
+]
+
+ChristoffelMode = Literal["full", "factorized", "poincare"]
+TemperatureMode = Literal["metric", "calibrated", "constant"]
+AreaProxy = Literal["conformal", "geodesic"]
+FieldMap = Callable[[Tensor, Tensor], Tensor]  # (positions [..., d], fields [..., k]) -> [..., k]
+
+_WILSON_MODES = ("first_order", "exp", "path_ordered")
+_CHRISTOFFEL_MODES = ("full", "factorized", "poincare")
+_TEMPERATURE_MODES = ("metric", "calibrated", "constant")
+_AREA_PROXIES = ("conformal", "geodesic")
+
+
+# =========================================================================== pure functions
+
+
+def bilinear(weight: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """W(a, b)^c = sum_ij W^{c, ij} a^i b^j  (seed 003 Def 283's bilinear contraction).
+    weight [k, d, e], a [..., d], b [..., e] -> [..., k]."""
+    return torch.einsum("cij,...i,...j->...c", weight, a, b)
+
+
+def low_rank_bilinear(u: Tensor, v: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """sum_r (U_r a)_c (V_r b)_c  (seed 003 Def 291, factorized quadratic query), O(R k d).
+    u, v [R, k, d], a, b [..., d] -> [..., k]."""
+    ua = torch.einsum("rcd,...d->...rc", u, a)  # [..., R, k]
+    vb = torch.einsum("rcd,...d->...rc", v, b)  # [..., R, k]
+    return (ua * vb).sum(-2)
+
+
+def apply_in_channels(u: Tensor, psi: Tensor) -> Tensor:
+    """(U (x) I_m) psi: a gauge-group element U [..., r, r] given in the minimal representation
+    R^r = realified C^{N_f} (x) C^2, acting on psi [..., d_k] in the realification of
+    C^{N_f} (x) C^2 (x) C^m (d_k = r m, geometry.gauge's layout). In that layout
+    psi.reshape(..., r, m) has one realified copy of C^{N_f} (x) C^2 per column, so the action is
+    one [r, r] x [r, m] product. Returns [..., d_k]."""
+    r = u.shape[-1]
+    cols = psi.reshape(*psi.shape[:-1], r, psi.shape[-1] // r)  # [..., r, m]
+    return (u @ cols).reshape(psi.shape)
+
+
+def transport_to_origin(
+    conn: gauge.ConnectionFn,
+    positions: Tensor,
+    fields_at_positions: Sequence[Tensor],
+    mode: gauge.WilsonMode,
+    segments: int,
+) -> tuple[list[Tensor], Tensor]:
+    """psi -> U_{z->0} psi for every field given at the points `positions` (seed 003 Def 282):
+    one Wilson line per point, shared by all the fields there. `conn` is the connection in the
+    minimal representation R^r; the fields live in R^{d_k} (:func:`apply_in_channels`).
+    positions [..., d], each field [..., d_k] -> ([U psi [..., d_k]], U [..., r, r])."""
+    lines = gauge.wilson_line_to_origin(conn, positions, mode=mode, segments=segments)
+    moved = [apply_in_channels(lines, f) for f in fields_at_positions]
+    return moved, lines
+
+
+def masked_softmax(logits: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax over the last dim restricted to `mask` (True = allowed, broadcastable); a row with
+    no allowed entry gives weights 0, never NaN (world_model/attention/base.py). [..., N]."""
+    if mask is None:
+        return torch.softmax(logits, dim=-1)
+    filled = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+    return torch.softmax(filled, dim=-1) * mask
+
+
+def realified_to_doublet(x: Tensor, n_colors: int) -> Tensor:
+    """x [..., k] = (Re psi, Im psi) with psi in C^{N_f} (x) C^2 (x) C^m (geometry.gauge's layout)
+    -> psi [..., N_f, 2, m] complex; the SU(2)_L generators act on the middle (doublet) axis."""
+    half = x.shape[-1] // 2
+    psi = torch.complex(x[..., :half], x[..., half:])
+    return psi.reshape(*x.shape[:-1], n_colors, 2, -1)
+
+
+def doublet_to_realified(psi: Tensor) -> Tensor:
+    """Inverse of :func:`realified_to_doublet`: [..., N_f, 2, m] complex -> [..., k] real."""
+    flat = psi.reshape(*psi.shape[:-3], -1)
+    return torch.cat([flat.real, flat.imag], dim=-1)
+
+
+def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | float) -> Tensor:
+    """Psi -> Psi + kappa (c^ Pi Psi - Psi) on the doublet slot  (seed 003 Defs 284-285).
+
+    c^ = Psi^dag Pi Psi / |Psi|^2 per (colour, channel) is the commitment strength of Def 285
+    (gauge invariant by Thm 101) normalised to [0, 1]. kappa = 0 is the identity; kappa = 1
+    replaces the doublet by its gated committed part; a degenerate direction (Pi = 0,
+    geometry.su2) gives (1 - kappa) Psi: no commitment where the value gradient is flat.
+    out [..., k] real, proj [..., 2, 2] complex -> [..., k] real.
+    """
+    psi = realified_to_doublet(out, n_colors)  # [..., N_f, 2, m]
+    p = proj.unsqueeze(-3)  # [..., 1, 2, 2]
+    commit = su2.commitment_strength(psi, p)  # [..., N_f, m]
+    norm2 = (psi.real.square() + psi.imag.square()).sum(-2)  # [..., N_f, m]
+    gate = commit / (norm2 + torch.finfo(out.dtype).eps)  # [..., N_f, m] in [0, 1]
+    committed = gate.unsqueeze(-2) * (p @ psi)  # [..., N_f, 2, m]
+    return doublet_to_realified(psi + strength * (committed - psi))
+
+
+# =========================================================================== configuration
+
+
+@dataclass
+class CovariantAttentionConfig:
+    """One covariant attention head. Dimensions:
+
+    d: ball dimension of positions; d_query / d_key / d_value: feature sizes of the query and
+    of the bank's key / value features; d_out: output size; d_k: size of the gauge fields
+    Q, K, V (R^{d_k} = realification of C^{n_colors} (x) C^2 (x) C^m, so d_k % (4 n_colors) == 0).
+    """
+
+    d: int
+    d_query: int
+    d_key: int
+    d_value: int
+    d_out: int
+    d_k: int = 32
+    n_colors: int = 2
+    g_s: float = 1.0  # SU(N_f)_C coupling (Def 279)
+    g_2: float = 0.5  # SU(2)_L coupling
+    g_1: float = 0.3  # U(1)_Y coupling
+    hypercharge: float = 1.0
+    connection_init_std: float = 0.1  # std of the learned connection coefficients c0, c1
+    wilson: gauge.WilsonMode = "path_ordered"
+    segments: int = 32  # path-ordered pieces (error O(segments^-2); node 67 < 1e-3 needs ~32)
+    temperature: TemperatureMode = "metric"  # metric: tau = sqrt(d_k)/lambda (Thm 99)
+    christoffel: ChristoffelMode = "poincare"  # quadratic query term (Def 283 / 291 / Prop 99)
+    rank: int = 3  # R of the factorized quadratic terms (Def 291)
+    d_velocity_features: int = 0  # F of the velocity features x_v (0: no W_Qv term)
+    position_velocity: bool = False  # the optional W_Qzv(z, v) term
+    n_levels: int = 2  # L + 1 hierarchy levels: 0 = macro ... L = texture
+    string_tension: tuple[float, ...] = (1.0, 0.01)  # initial sigma(l), l = 0 .. L (Prop 100)
+    area: AreaProxy = "conformal"  # conformal: Def 286's lambda(z)^2|z-z'|^2/2; geodesic: d_G^2/2
+    query_level: int = 0  # default level of this head's queries (kick heads 0, drift heads L)
+    chirality: float = 1.0  # initial kappa (0: the chiral gate is the identity)
+
+    def __post_init__(self) -> None:
+        for name in ("d", "d_query", "d_key", "d_value", "d_out", "d_k", "n_colors", "segments"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"CovariantAttentionConfig.{name} must be an int >= 1, got {value}"
+                )
+        if self.d_k % (4 * self.n_colors):
+            raise ValueError(
+                f"CovariantAttentionConfig.d_k = {self.d_k} must be a multiple of "
+                f"4 * n_colors = {4 * self.n_colors} (C^n_colors (x) C^2 (x) C^m, realified)"
+            )
+        if self.wilson not in _WILSON_MODES:
+            raise ValueError(f"CovariantAttentionConfig.wilson must be one of {_WILSON_MODES}")
+        if self.temperature not in _TEMPERATURE_MODES:
+            raise ValueError(
+                f"CovariantAttentionConfig.temperature must be one of {_TEMPERATURE_MODES}"
+            )
+        if self.christoffel not in _CHRISTOFFEL_MODES:
+            raise ValueError(
+                f"CovariantAttentionConfig.christoffel must be one of {_CHRISTOFFEL_MODES}"
+            )
+        if self.area not in _AREA_PROXIES:
+            raise ValueError(f"CovariantAttentionConfig.area must be one of {_AREA_PROXIES}")
+        if not isinstance(self.rank, int) or self.rank < 1:
+            raise ValueError(f"CovariantAttentionConfig.rank must be an int >= 1, got {self.rank}")
+        if not isinstance(self.d_velocity_features, int) or self.d_velocity_features < 0:
+            raise ValueError("CovariantAttentionConfig.d_velocity_features must be an int >= 0")
+        if not isinstance(self.n_levels, int) or self.n_levels < 1:
+            raise ValueError("CovariantAttentionConfig.n_levels must be an int >= 1")
+        self.string_tension = tuple(float(s) for s in self.string_tension)
+        if len(self.string_tension) != self.n_levels:
+            raise ValueError(
+                f"CovariantAttentionConfig.string_tension needs one sigma per level "
+                f"({self.n_levels}), got {len(self.string_tension)}"
+            )
+        if not all(math.isfinite(s) and s >= 0 for s in self.string_tension):
+            raise ValueError("CovariantAttentionConfig.string_tension must be finite and >= 0")
+        if not 0 <= self.query_level < self.n_levels:
+            raise ValueError(
+                f"CovariantAttentionConfig.query_level must lie in [0, {self.n_levels - 1}]"
+            )
+        for name in ("g_s", "g_2", "g_1", "hypercharge", "chirality", "connection_init_std"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"CovariantAttentionConfig.{name} must be finite")
+        if self.connection_init_std < 0:
+            raise ValueError("CovariantAttentionConfig.connection_init_std must be >= 0")
+
+
+# =========================================================================== data records
+
+
+@dataclass
+class CovariantQueries:
+    """Queries of a covariant head; either one per batch element ([B, ...]) or several
+    ([B, Q, ...]); the output follows the same layout.
+
+    positions:         [B, (Q,) d] points in the ball
+    features:          [B, (Q,) d_query]
+    velocity:          [B, (Q,) d] tangent velocity v = G^-1 p (Gamma(z)[v, v], W_Qzv terms)
+    velocity_features: [B, (Q,) d_velocity_features] x_v = phi_v(v) (W_Qv term)
+    value_grad:        [B, (Q,) d] grad V at z: drives the chiral projector (none: no gate)
+    levels:            [B, (Q,)] integer query level (none: the head's config.query_level)
+    """
+
+    positions: Tensor
+    features: Tensor
+    velocity: Tensor | None = None
+    velocity_features: Tensor | None = None
+    value_grad: Tensor | None = None
+    levels: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        p = self.positions
+        if p.dim() not in (2, 3):
+            raise ValueError(
+                f"CovariantQueries.positions must be [B, d] or [B, Q, d], got {tuple(p.shape)}"
+            )
+        lead = tuple(p.shape[:-1])
+        for name in ("features", "velocity", "velocity_features", "value_grad"):
+            t = getattr(self, name)
+            if t is None:
+                continue
+            if t.dim() != p.dim() or tuple(t.shape[:-1]) != lead:
+                raise ValueError(
+                    f"CovariantQueries.{name} must have leading shape {lead}, got {tuple(t.shape)}"
+                )
+            if t.dtype != p.dtype:
+                raise ValueError(f"CovariantQueries.{name} has dtype {t.dtype}, not {p.dtype}")
+        if self.levels is not None and (
+            tuple(self.levels.shape) != lead
+            or self.levels.dtype.is_floating_point
+            or self.levels.dtype == torch.bool
+        ):
+            raise ValueError(
+                f"CovariantQueries.levels must be an integer tensor of shape {lead}, "
+                f"got {self.levels.dtype} {tuple(self.levels.shape)}"
+            )
+        for name in ("velocity", "value_grad"):
+            t = getattr(self, name)
+            if t is not None and t.shape[-1] != p.shape[-1]:
+                raise ValueError(f"CovariantQueries.{name} must have last dim d = {p.shape[-1]}")
+        norms = p.detach().norm(dim=-1)
+        if not bool(torch.isfinite(norms).all()) or float(norms.max()) >= 1.0:
+            raise ValueError(
+                "CovariantQueries.positions must be finite points inside the unit ball "
+                f"(max |z| = {float(norms.max()):.6g})"
+            )
+
+    @property
+    def single(self) -> bool:
+        """True for one query per batch element ([B, d])."""
+        return self.positions.dim() == 2
+
+    def multi(self) -> CovariantQueries:
+        """The same queries in the [B, Q, ...] layout (Q = 1 for single queries)."""
+        if not self.single:
+            return self
+
+        def unsq(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.unsqueeze(1)
+
+        return CovariantQueries(*(unsq(getattr(self, f.name)) for f in fields(self)))
+
+
+@dataclass
+class PreparedContext:
+    """A context bank transported to the origin once (seed 003 Def 282; Engineering proxy 3):
+    reusable for every query while the bank and the head's parameters are unchanged (a plan).
+
+    positions [Bc, N, d], levels [Bc, N], mask [Bc, N] | None; key_fields [Bc, N, d_k] (local
+    frame, for re-scoring under another connection); keys, values [Bc, N, d_k] at the origin;
+    lines [Bc, N, r, r] = U_{z'->0} in the minimal representation (r = 4 n_colors; it acts on
+    the d_k-dim fields as U (x) I_m). Bc = 1: shared by every query of the batch.
+    """
+
+    positions: Tensor
+    levels: Tensor
+    mask: Tensor | None
+    key_fields: Tensor
+    keys: Tensor
+    values: Tensor
+    lines: Tensor
+
+    @property
+    def batch_size(self) -> int:
+        return self.positions.shape[0]
+
+
+@dataclass
+class AttentionRecord:
+    """What one forward pass leaves for the diagnostics (nodes 67-70). Always [B, Q, ...]:
+
+    weights [B, Q, N] after screening and renormalisation; scores [B, Q, N] = <Q~, K~> before
+    temperature; logits [B, Q, N] = scores / tau before screening; tau, conformal [B, Q] (the
+    temperature used and lambda(z)); query_levels [B, Q]; entry_levels [Bc, N]; mask [Bc, N] or
+    None; projectors [B, Q, 2, 2] complex and degenerate [B, Q] bool (None without value_grad).
+    """
+
+    weights: Tensor
+    scores: Tensor
+    logits: Tensor
+    tau: Tensor
+    conformal: Tensor
+    query_levels: Tensor
+    entry_levels: Tensor
+    mask: Tensor | None
+    projectors: Tensor | None
+    degenerate: Tensor | None
+    d_k: int
+
+    def detach(self) -> AttentionRecord:
+        """A copy cut from the autograd graph (safe to keep across steps)."""
+        return AttentionRecord(
+            **{
+                f.name: getattr(self, f.name).detach()
+                if isinstance(getattr(self, f.name), Tensor)
+                else getattr(self, f.name)
+                for f in fields(self)
+            }
+        )
+
+
+# =========================================================================== the head
+
+
+class CovariantAttention(nn.Module):
+    """One covariant attention head (see the module docstring for the identities).
+
+    Call shape: ``out, record = head(queries, context)`` with ``context`` a :class:`ContextBank`
+    or the :class:`PreparedContext` from :meth:`prepare`; ``record.weights`` are the attention
+    weights [B, Q, N]. ``out`` is [B, d_out] for single queries, [B, Q, d_out] otherwise.
+    """
+
+    def __init__(self, config: CovariantAttentionConfig):
+        super().__init__()
+        self.config = cfg = config
+        d, k = cfg.d, cfg.d_k
+        self.rep_dim = 4 * cfg.n_colors  # r: realified C^{n_colors} (x) C^2
+
+        # gauge structure: generators of the minimal representation R^r (r = 4 n_colors) with
+        # couplings folded in (constants of the config, kept in float64 and cast on use, so a
+        # head moved to float64 gets exact generators), and the connection's learned coefficients
+        gens = gauge.gauge_generators(self.rep_dim, cfg.n_colors, cfg.hypercharge, torch.float64)
+        self._generators64 = gens.stacked(cfg.g_s, cfg.g_2, cfg.g_1)  # [G, r, r]
+        self._generators_cache: dict[tuple, Tensor] = {}
+        n_gen = self._generators64.shape[0]
+        std = cfg.connection_init_std
+        self.connection_c0 = nn.Parameter(std * torch.randn(d, n_gen))
+        self.connection_c1 = nn.Parameter(std * torch.randn(d, d, n_gen))
+
+        # Christoffel query (Def 283): linear terms
+        self.w_q = nn.Linear(cfg.d_query, k, bias=False)
+        self.w_qz = nn.Linear(d, k, bias=False)
+        self.w_qv = (
+            nn.Linear(cfg.d_velocity_features, k, bias=False) if cfg.d_velocity_features else None
+        )
+        # quadratic terms
+        if cfg.christoffel == "full":
+            self.w_q_gamma = nn.Parameter(torch.randn(k, d, d) / d)
+            self.w_q_zv = nn.Parameter(torch.randn(k, d, d) / d) if cfg.position_velocity else None
+        else:
+            scale = 1.0 / math.sqrt(d)
+            self.q_gamma_u = nn.Parameter(scale * torch.randn(cfg.rank, k, d))
+            self.q_gamma_v = nn.Parameter(scale * torch.randn(cfg.rank, k, d))
+            if cfg.position_velocity:
+                self.q_zv_u = nn.Parameter(scale * torch.randn(cfg.rank, k, d))
+                self.q_zv_v = nn.Parameter(scale * torch.randn(cfg.rank, k, d))
+        if cfg.christoffel == "poincare":  # W_QGamma applied to the exact Gamma(z)[v, v]
+            self.w_q_christoffel = nn.Linear(d, k, bias=False)
+
+        # keys, values, output
+        self.w_k = nn.Linear(cfg.d_key, k, bias=False)
+        self.w_v = nn.Linear(cfg.d_value, k, bias=False)
+        self.w_o = nn.Linear(k, cfg.d_out, bias=False)
+
+        # temperature calibration around tau(z) = sqrt(d_k)/lambda(z): tau * exp(a + b log(lam/2))
+        if cfg.temperature == "calibrated":
+            self.temperature_log_scale = nn.Parameter(torch.zeros(()))
+            self.temperature_log_slope = nn.Parameter(torch.zeros(()))
+
+        # area-law screening: sigma(l) = g(l)^2 (Thm 102: sigma proportional to g_s(l)^2)
+        self.screening_coupling = nn.Parameter(torch.tensor(cfg.string_tension).sqrt())
+
+        # chirality: P : R^d -> R^3 and the mixing strength kappa (raw, so 0 is reachable)
+        self.value_grad_proj = nn.Linear(d, 3, bias=False)
+        self.chirality_strength = nn.Parameter(torch.tensor(float(cfg.chirality)))
+
+    # ------------------------------------------------------------------ pieces
+
+    @property
+    def generators(self) -> Tensor:
+        """The gauge generators with couplings folded in, [G, r, r], in the parameters' dtype."""
+        c0 = self.connection_c0
+        key = (c0.dtype, c0.device)
+        if key not in self._generators_cache:
+            self._generators_cache[key] = self._generators64.to(dtype=c0.dtype, device=c0.device)
+        return self._generators_cache[key]
+
+    def connection(self) -> gauge.ConnectionFn:
+        """A(x) . dx = sum_g (c0 + c1 x) T_g (Def 280), couplings folded into T_g; in the minimal
+        representation R^r (x, dx [..., d] -> [..., r, r])."""
+        return gauge.affine_connection(self.generators, self.connection_c0, self.connection_c1)
+
+    def string_tension(self) -> Tensor:
+        """sigma(l) for l = 0 .. L: [L + 1]."""
+        return self.screening_coupling.square()
+
+    def query_field(self, queries: CovariantQueries) -> Tensor:
+        """psi_Q = W_Q x + W_Qz z + W_Qv x_v + W_QGamma(z, z) + W_Qzv(z, v)  (Def 283), local frame.
+
+        christoffel = "full": W_QGamma a [d_k, d, d] tensor; "factorized": rank-R (Def 291);
+        "poincare": lambda(z) W~(z, z) (rank R, Prop 99's conformal modulation) plus
+        W_Gamma Gamma(z)[v, v] with the exact O(d) contraction (Def 291's closed form; 0 without v).
+        positions [..., d] -> [..., d_k].
+        """
+        cfg, z, v = self.config, queries.positions, queries.velocity
+        q = self.w_q(queries.features) + self.w_qz(z)  # [..., d_k]
+        if self.w_qv is not None:
+            if queries.velocity_features is None:
+                raise ValueError("this head has a W_Qv term: pass queries.velocity_features")
+            q = q + self.w_qv(queries.velocity_features)
+        if cfg.christoffel == "full":
+            q = q + bilinear(self.w_q_gamma, z, z)
+        else:
+            quad = low_rank_bilinear(self.q_gamma_u, self.q_gamma_v, z, z)
+            if cfg.christoffel == "poincare":
+                quad = poincare.conformal_factor(z) * quad
+            q = q + quad
+        if v is not None:
+            if cfg.christoffel == "poincare":
+                q = q + self.w_q_christoffel(poincare.christoffel_contract(z, v))
+            if cfg.position_velocity:
+                if cfg.christoffel == "full":
+                    q = q + bilinear(self.w_q_zv, z, v)
+                else:
+                    q = q + low_rank_bilinear(self.q_zv_u, self.q_zv_v, z, v)
+        return q
+
+    def temperature(self, positions: Tensor) -> Tensor:
+        """tau(z) [...] for positions [..., d]  (Thm 99: sqrt(d_k)/lambda(z))."""
+        cfg = self.config
+        if cfg.temperature == "constant":
+            return torch.full(
+                positions.shape[:-1],
+                math.sqrt(cfg.d_k),
+                dtype=positions.dtype,
+                device=positions.device,
+            )
+        tau = poincare.metric_temperature(positions, cfg.d_k).squeeze(-1)  # [...]
+        if cfg.temperature == "calibrated":
+            log_half_lam = -torch.log(poincare.one_minus_sqnorm(positions)).squeeze(-1)
+            tau = tau * torch.exp(
+                self.temperature_log_scale + self.temperature_log_slope * log_half_lam
+            )
+        return tau
+
+    def screening_penalty(
+        self, z: Tensor, z_entries: Tensor, query_levels: Tensor, entry_levels: Tensor
+    ) -> Tensor:
+        """sigma(level(z)) A(z, z') on colour-charged entries (level != 0), 0 on macro ones
+        (Def 286, Thm 102): subtracted from the logits. z [B, Q, d], z' [Bc, N, d] -> [B, Q, N]."""
+        if self.config.area == "conformal":
+            area = screening.pairwise_string_area(z, z_entries)
+        else:
+            area = screening.pairwise_geodesic_string_area(z, z_entries)
+        sigma = self.string_tension()[query_levels]  # [B, Q]
+        charged = (entry_levels != MACRO_LEVEL).unsqueeze(-2)  # [Bc, 1, N]
+        return sigma.unsqueeze(-1) * area * charged
+
+    def _key_value_fields(self, context: ContextBank) -> tuple[Tensor, Tensor]:
+        return self.w_k(context.key_features), self.w_v(context.value_features)
+
+    # ------------------------------------------------------------------ context and scores
+
+    def prepare(
+        self,
+        context: ContextBank,
+        connection: gauge.ConnectionFn | None = None,
+        field_map: FieldMap | None = None,
+    ) -> PreparedContext:
+        """Fields of every entry, transported to the origin with one Wilson line per entry.
+
+        `connection` replaces the head's connection and `field_map(z', psi)` acts on the local
+        fields first: together they express the bank in another gauge (node 67)."""
+        cfg = self.config
+        if context.dim != cfg.d:
+            raise ValueError(f"context positions have d = {context.dim}, the head expects {cfg.d}")
+        if context.key_features.shape[-1] != cfg.d_key:
+            raise ValueError(
+                f"context key_features have {context.key_features.shape[-1]} features, "
+                f"the head expects d_key = {cfg.d_key}"
+            )
+        if context.value_features.shape[-1] != cfg.d_value:
+            raise ValueError(
+                f"context value_features have {context.value_features.shape[-1]} features, "
+                f"the head expects d_value = {cfg.d_value}"
+            )
+        if context.size and int(context.levels.max()) >= cfg.n_levels:
+            raise ValueError(
+                f"context levels must lie in [0, {cfg.n_levels - 1}] (n_levels = {cfg.n_levels})"
+            )
+        psi_k, psi_v = self._key_value_fields(context)  # [Bc, N, d_k] x 2
+        if field_map is not None:
+            psi_k, psi_v = field_map(context.positions, psi_k), field_map(context.positions, psi_v)
+        conn = connection if connection is not None else self.connection()
+        (keys, values), lines = transport_to_origin(
+            conn, context.positions, [psi_k, psi_v], cfg.wilson, cfg.segments
+        )
+        return PreparedContext(
+            positions=context.positions,
+            levels=context.levels,
+            mask=context.mask,
+            key_fields=psi_k,
+            keys=keys,
+            values=values,
+            lines=lines,
+        )
+
+    def _transported_query(
+        self,
+        queries: CovariantQueries,
+        connection: gauge.ConnectionFn | None = None,
+        field_map: FieldMap | None = None,
+    ) -> Tensor:
+        """U_{z->0} psi_Q(z): [B, Q, d_k] (one Wilson line per query)."""
+        psi_q = self.query_field(queries)
+        if field_map is not None:
+            psi_q = field_map(queries.positions, psi_q)
+        conn = connection if connection is not None else self.connection()
+        (q_t,), _ = transport_to_origin(
+            conn, queries.positions, [psi_q], self.config.wilson, self.config.segments
+        )
+        return q_t
+
+    def _check_batch(self, queries: CovariantQueries, prepared: PreparedContext) -> None:
+        bq, bc = queries.positions.shape[0], prepared.batch_size
+        if bc not in (1, bq):
+            raise ValueError(
+                f"context batch size {bc} must be 1 (shared) or equal the queries' {bq}"
+            )
+        if queries.positions.shape[-1] != self.config.d:
+            raise ValueError(
+                f"queries have d = {queries.positions.shape[-1]}, the head expects {self.config.d}"
+            )
+        if queries.features.shape[-1] != self.config.d_query:
+            raise ValueError(
+                f"queries have {queries.features.shape[-1]} features, the head expects "
+                f"d_query = {self.config.d_query}"
+            )
+
+    def scores(
+        self,
+        queries: CovariantQueries,
+        context: ContextBank | PreparedContext,
+        connection: gauge.ConnectionFn | None = None,
+        field_map: FieldMap | None = None,
+    ) -> Tensor:
+        """s(z, z') = <U_{z->0} psi_Q(z), U_{z'->0} psi_K(z')>  (Thm 98): [B, Q, N].
+
+        With `connection` / `field_map` the fields are first mapped psi -> field_map(z, psi) at
+        their own points and transported with that connection (node 67's gauge check); a
+        PreparedContext can only be scored as it was prepared."""
+        q = queries.multi()
+        if isinstance(context, PreparedContext):
+            if connection is not None or field_map is not None:
+                raise ValueError("re-scoring under another gauge needs the ContextBank")
+            prepared = context
+        else:
+            prepared = self.prepare(context, connection, field_map)
+        self._check_batch(q, prepared)
+        q_t = self._transported_query(q, connection, field_map)
+        return q_t @ prepared.keys.transpose(-1, -2)  # [B, Q, N]
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(
+        self, queries: CovariantQueries, context: ContextBank | PreparedContext
+    ) -> tuple[Tensor, AttentionRecord]:
+        cfg = self.config
+        q = queries.multi()
+        prepared = context if isinstance(context, PreparedContext) else self.prepare(context)
+        self._check_batch(q, prepared)
+        z = q.positions  # [B, Q, d]
+        levels = (
+            q.levels
+            if q.levels is not None
+            else torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)
+        )  # [B, Q]
+        if int(levels.min()) < 0 or int(levels.max()) >= cfg.n_levels:
+            raise ValueError(f"query levels must lie in [0, {cfg.n_levels - 1}]")
+
+        scores = self._transported_query(q) @ prepared.keys.transpose(-1, -2)  # [B, Q, N]
+        tau = self.temperature(z)  # [B, Q]
+        logits = scores / tau.unsqueeze(-1)  # [B, Q, N]
+        screened = logits - self.screening_penalty(z, prepared.positions, levels, prepared.levels)
+        mask = None if prepared.mask is None else prepared.mask.unsqueeze(-2)  # [Bc, 1, N]
+        weights = masked_softmax(screened, mask)  # [B, Q, N]
+        out = weights @ prepared.values  # [B, Q, d_k], at the origin frame
+
+        projectors = degenerate = None
+        if q.value_grad is not None:
+            projectors, degenerate = su2.chiral_projector(self.value_grad_proj(q.value_grad))
+            out = chiral_gate(out, projectors, cfg.n_colors, self.chirality_strength)
+        out = self.w_o(out)  # [B, Q, d_out]
+
+        record = AttentionRecord(
+            weights=weights,
+            scores=scores,
+            logits=logits,
+            tau=tau,
+            conformal=poincare.conformal_factor(z).squeeze(-1),
+            query_levels=levels,
+            entry_levels=prepared.levels,
+            mask=prepared.mask,
+            projectors=projectors,
+            degenerate=degenerate,
+            d_k=cfg.d_k,
+        )
+        return (out.squeeze(1) if queries.single else out), record
