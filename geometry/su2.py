@@ -8,12 +8,15 @@ projector for every unit n.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 __all__ = [
     "complex_dtype_for",
     "pauli",
+    "su2_exp",
     "su2_element",
     "adjoint_rotation",
     "chiral_projector",
@@ -40,11 +43,24 @@ def pauli(dtype: torch.dtype = torch.complex128, device=None) -> Tensor:
     return s
 
 
+def su2_exp(theta: Tensor) -> Tensor:
+    """exp(-i theta . sigma / 2) = cos(|theta|/2) I - i sin(|theta|/2) theta_hat . sigma in closed
+    form (no matrix exponential; smooth at theta = 0 through sinc).
+    theta [..., 3] real -> [..., 2, 2] complex."""
+    norm = theta.norm(dim=-1)  # [...]
+    cos = torch.cos(0.5 * norm)
+    # sin(|t|/2) / |t| = sinc(|t| / 2pi) / 2, with torch.sinc(x) = sin(pi x) / (pi x)
+    s = 0.5 * torch.sinc(norm / (2 * math.pi))  # [...]
+    a, b, c = (s.unsqueeze(-1) * theta).unbind(-1)  # [...] each: sin(|t|/2) t_hat
+    # cos I - i (a sigma_1 + b sigma_2 + c sigma_3) = [[cos - i c, -b - i a], [b - i a, cos + i c]]
+    top = torch.stack([torch.complex(cos, -c), torch.complex(-b, -a)], dim=-1)
+    bottom = torch.stack([torch.complex(b, -a), torch.complex(cos, c)], dim=-1)
+    return torch.stack([top, bottom], dim=-2)
+
+
 def su2_element(theta: Tensor) -> Tensor:
     """U = exp(-i theta . sigma / 2) in SU(2): theta [..., 3] real -> [..., 2, 2] complex."""
-    sig = pauli(theta.dtype, theta.device)  # [3, 2, 2]
-    gen = torch.einsum("...a,aij->...ij", theta.to(sig.dtype), sig)  # [..., 2, 2]
-    return torch.linalg.matrix_exp(-0.5j * gen)
+    return su2_exp(theta)
 
 
 def adjoint_rotation(u: Tensor) -> Tensor:

@@ -247,3 +247,23 @@ def test_gradcheck_wilson_lines():
         assert torch.autograd.gradcheck(fn, (c0, c1, z)), mode
     field = G.random_gauge_field(gens, 2, generator=g)
     assert torch.autograd.gradcheck(lambda x: G.gauge_omega(field, x), (z,))
+
+
+@pytest.mark.parametrize("n_colors", [1, 2, 3])
+@pytest.mark.parametrize("mode", ["first_order", "exp", "path_ordered"])
+def test_closed_form_lines_in_the_group_equal_the_generic_lines(n_colors, mode):
+    """wilson_line_in_group (closed-form SU(2) factors, exact U(1) phase, factorised ordering)
+    is the same map as wilson_line on the stacked generators."""
+    group = G.GaugeGroup(n_colors, g_s=1.0, g_2=0.7, g_1=0.4, hypercharge=1.3)
+    gens = group.generators()
+    g = torch.Generator().manual_seed(21)
+    c0 = torch.randn(D, group.n_generators, generator=g, dtype=F64)
+    c1 = torch.randn(D, D, group.n_generators, generator=g, dtype=F64)
+    z = ball_points(16, D, 0.9, seed=22)
+    ref = G.wilson_line_to_origin(G.affine_connection(gens, c0, c1), z, mode=mode, segments=6)
+    fast = G.wilson_line_in_group(
+        group, G.affine_connection_coefficients(c0, c1), z, torch.zeros_like(z), mode, 6
+    )
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(G.group_exp(group, c0[0]), torch.linalg.matrix_exp(
+        torch.einsum("g,gij->ij", c0[0], gens)), rtol=1e-10, atol=1e-10)

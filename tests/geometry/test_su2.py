@@ -126,3 +126,16 @@ def test_gradcheck():
     assert torch.autograd.gradcheck(
         lambda nn, ps: su2.commitment_strength(ps, su2.chiral_projector(nn)[0]), (n, psi)
     )
+
+
+def test_su2_exp_closed_form_matches_matrix_exp():
+    theta = torch.cat(
+        [_random_directions(64, 6, scale=4.0), torch.zeros(1, 3, dtype=torch.float64)]
+    )
+    gen = torch.einsum("...a,aij->...ij", theta.to(torch.complex128), su2.pauli())
+    torch.testing.assert_close(su2.su2_exp(theta), torch.linalg.matrix_exp(-0.5j * gen))
+    t = _random_directions(3, 7).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda x: torch.view_as_real(su2.su2_exp(x)), (t,))
+    tz = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)  # smooth at theta = 0
+    (g,) = torch.autograd.grad(torch.view_as_real(su2.su2_exp(tz)).sum(), tz)
+    assert torch.isfinite(g).all()

@@ -33,7 +33,7 @@ kappa = 0) is standard attention W_O softmax(QK^T / sqrt(d_k)) V through this sa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -52,7 +52,6 @@ __all__ = [
     "bilinear",
     "low_rank_bilinear",
     "apply_in_channels",
-    "transport_to_origin",
     "masked_softmax",
     "realified_to_doublet",
     "doublet_to_realified",
@@ -101,22 +100,6 @@ def apply_in_channels(u: Tensor, psi: Tensor) -> Tensor:
     r = u.shape[-1]
     cols = psi.reshape(*psi.shape[:-1], r, psi.shape[-1] // r)  # [..., r, m]
     return (u @ cols).reshape(psi.shape)
-
-
-def transport_to_origin(
-    conn: gauge.ConnectionFn,
-    positions: Tensor,
-    fields_at_positions: Sequence[Tensor],
-    mode: gauge.WilsonMode,
-    segments: int,
-) -> tuple[list[Tensor], Tensor]:
-    """psi -> U_{z->0} psi for every field given at the points `positions` (seed 003 Def 282):
-    one Wilson line per point, shared by all the fields there. `conn` is the connection in the
-    minimal representation R^r; the fields live in R^{d_k} (:func:`apply_in_channels`).
-    positions [..., d], each field [..., d_k] -> ([U psi [..., d_k]], U [..., r, r])."""
-    lines = gauge.wilson_line_to_origin(conn, positions, mode=mode, segments=segments)
-    moved = [apply_in_channels(lines, f) for f in fields_at_positions]
-    return moved, lines
 
 
 def masked_softmax(logits: Tensor, mask: Tensor | None) -> Tensor:
@@ -299,11 +282,11 @@ class CovariantQueries:
             t = getattr(self, name)
             if t is not None and t.shape[-1] != p.shape[-1]:
                 raise ValueError(f"CovariantQueries.{name} must have last dim d = {p.shape[-1]}")
-        norms = p.detach().norm(dim=-1)
-        if not bool(torch.isfinite(norms).all()) or float(norms.max()) >= 1.0:
+        max_norm = float(p.detach().norm(dim=-1).max())  # NaN fails the test below too
+        if not max_norm < 1.0:
             raise ValueError(
                 "CovariantQueries.positions must be finite points inside the unit ball "
-                f"(max |z| = {float(norms.max()):.6g})"
+                f"(max |z| = {max_norm:.6g})"
             )
 
     @property
@@ -340,6 +323,7 @@ class PreparedContext:
     keys: Tensor
     values: Tensor
     lines: Tensor
+    charged: bool = True  # any colour-charged (texture) entry: False skips area-law screening
 
     @property
     def batch_size(self) -> int:
@@ -456,6 +440,32 @@ class CovariantAttention(nn.Module):
             self._generators_cache[key] = self._generators64.to(dtype=c0.dtype, device=c0.device)
         return self._generators_cache[key]
 
+    @property
+    def group(self) -> gauge.GaugeGroup:
+        """The gauge group with this head's couplings (same generators as :attr:`generators`)."""
+        cfg = self.config
+        return gauge.GaugeGroup(cfg.n_colors, cfg.g_s, cfg.g_2, cfg.g_1, cfg.hypercharge)
+
+    def lines_to_origin(
+        self, positions: Tensor, connection: gauge.ConnectionFn | None = None
+    ) -> Tensor:
+        """U_{z->0} for every point (seed 003 Def 282) in the minimal representation: positions
+        [..., d] -> [..., r, r]. The head's own connection goes through the closed-form group
+        path (geometry.gauge.wilson_line_in_group: no matrix exponentials); another connection
+        (node 67's transformed one) through the generic path. Both give the same lines."""
+        cfg = self.config
+        if connection is None:
+            coefficients = gauge.affine_connection_coefficients(
+                self.connection_c0, self.connection_c1
+            )
+            origin = torch.zeros_like(positions)
+            return gauge.wilson_line_in_group(
+                self.group, coefficients, positions, origin, cfg.wilson, cfg.segments
+            )
+        return gauge.wilson_line_to_origin(
+            connection, positions, mode=cfg.wilson, segments=cfg.segments
+        )
+
     def connection(self) -> gauge.ConnectionFn:
         """A(x) . dx = sum_g (c0 + c1 x) T_g (Def 280), couplings folded into T_g; in the minimal
         representation R^r (x, dx [..., d] -> [..., r, r])."""
@@ -562,10 +572,8 @@ class CovariantAttention(nn.Module):
         psi_k, psi_v = self._key_value_fields(context)  # [Bc, N, d_k] x 2
         if field_map is not None:
             psi_k, psi_v = field_map(context.positions, psi_k), field_map(context.positions, psi_v)
-        conn = connection if connection is not None else self.connection()
-        (keys, values), lines = transport_to_origin(
-            conn, context.positions, [psi_k, psi_v], cfg.wilson, cfg.segments
-        )
+        lines = self.lines_to_origin(context.positions, connection)  # [Bc, N, r, r]
+        keys, values = apply_in_channels(lines, psi_k), apply_in_channels(lines, psi_v)
         return PreparedContext(
             positions=context.positions,
             levels=context.levels,
@@ -574,6 +582,7 @@ class CovariantAttention(nn.Module):
             keys=keys,
             values=values,
             lines=lines,
+            charged=bool((context.levels != MACRO_LEVEL).any()),
         )
 
     def _transported_query(
@@ -586,11 +595,7 @@ class CovariantAttention(nn.Module):
         psi_q = self.query_field(queries)
         if field_map is not None:
             psi_q = field_map(queries.positions, psi_q)
-        conn = connection if connection is not None else self.connection()
-        (q_t,), _ = transport_to_origin(
-            conn, queries.positions, [psi_q], self.config.wilson, self.config.segments
-        )
-        return q_t
+        return apply_in_channels(self.lines_to_origin(queries.positions, connection), psi_q)
 
     def _check_batch(self, queries: CovariantQueries, prepared: PreparedContext) -> None:
         bq, bc = queries.positions.shape[0], prepared.batch_size
@@ -641,18 +646,21 @@ class CovariantAttention(nn.Module):
         prepared = context if isinstance(context, PreparedContext) else self.prepare(context)
         self._check_batch(q, prepared)
         z = q.positions  # [B, Q, d]
-        levels = (
-            q.levels
-            if q.levels is not None
-            else torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)
-        )  # [B, Q]
-        if int(levels.min()) < 0 or int(levels.max()) >= cfg.n_levels:
-            raise ValueError(f"query levels must lie in [0, {cfg.n_levels - 1}]")
+        if q.levels is not None:
+            levels = q.levels  # [B, Q]
+            if int(levels.min()) < 0 or int(levels.max()) >= cfg.n_levels:
+                raise ValueError(f"query levels must lie in [0, {cfg.n_levels - 1}]")
+        else:
+            levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)
 
         scores = self._transported_query(q) @ prepared.keys.transpose(-1, -2)  # [B, Q, N]
         tau = self.temperature(z)  # [B, Q]
         logits = scores / tau.unsqueeze(-1)  # [B, Q, N]
-        screened = logits - self.screening_penalty(z, prepared.positions, levels, prepared.levels)
+        screened = logits  # macro entries only: exempt from screening (Def 286), nothing to do
+        if prepared.charged:
+            screened = logits - self.screening_penalty(
+                z, prepared.positions, levels, prepared.levels
+            )
         mask = None if prepared.mask is None else prepared.mask.unsqueeze(-2)  # [Bc, 1, N]
         weights = masked_softmax(screened, mask)  # [B, Q, N]
         out = weights @ prepared.values  # [B, Q, d_k], at the origin frame
