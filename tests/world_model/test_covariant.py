@@ -319,13 +319,13 @@ def test_prepared_context_equals_unprepared_with_one_wilson_line_per_entry_and_q
     shared = make_bank(b=1, n=9, mask=False)  # one bank for the whole batch (planning)
     q = make_queries(b=4, q=3)
     calls = []
-    real = gauge.wilson_line_in_group  # the head's own connection takes the closed-form path
+    real = gauge.affine_wilson_line_to_origin  # the head's own connection: closed-form path
 
-    def counting(group, coefficients, a, b, mode, segments):
-        calls.append(a.shape[:-1].numel())
-        return real(group, coefficients, a, b, mode, segments)
+    def counting(group, c0, c1, z, mode, segments):
+        calls.append(z.shape[:-1].numel())
+        return real(group, c0, c1, z, mode, segments)
 
-    monkeypatch.setattr(gauge, "wilson_line_in_group", counting)
+    monkeypatch.setattr(gauge, "affine_wilson_line_to_origin", counting)
     prepared = head.prepare(shared)
     assert calls == [9]  # one line per context entry, for keys and values together
     out_p, rec_p = head(q, prepared)

@@ -174,6 +174,7 @@ class CovariantAttentionConfig:
     rank: int = 3  # R of the factorized quadratic terms (Def 291)
     d_velocity_features: int = 0  # F of the velocity features x_v (0: no W_Qv term)
     position_velocity: bool = False  # the optional W_Qzv(z, v) term
+    query_velocity: bool = True  # queries carry a velocity v (Gamma(z)[v, v] term of 'poincare')
     n_levels: int = 2  # L + 1 hierarchy levels: 0 = macro ... L = texture
     string_tension: tuple[float, ...] = (1.0, 0.01)  # initial sigma(l), l = 0 .. L (Prop 100)
     area: AreaProxy = "conformal"  # conformal: Def 286's lambda(z)^2|z-z'|^2/2; geodesic: d_G^2/2
@@ -409,7 +410,7 @@ class CovariantAttention(nn.Module):
             if cfg.position_velocity:
                 self.q_zv_u = nn.Parameter(scale * torch.randn(cfg.rank, k, d))
                 self.q_zv_v = nn.Parameter(scale * torch.randn(cfg.rank, k, d))
-        if cfg.christoffel == "poincare":  # W_QGamma applied to the exact Gamma(z)[v, v]
+        if cfg.christoffel == "poincare" and cfg.query_velocity:  # W applied to Gamma(z)[v, v]
             self.w_q_christoffel = nn.Linear(d, k, bias=False)
 
         # keys, values, output
@@ -455,12 +456,13 @@ class CovariantAttention(nn.Module):
         (node 67's transformed one) through the generic path. Both give the same lines."""
         cfg = self.config
         if connection is None:
-            coefficients = gauge.affine_connection_coefficients(
-                self.connection_c0, self.connection_c1
-            )
-            origin = torch.zeros_like(positions)
-            return gauge.wilson_line_in_group(
-                self.group, coefficients, positions, origin, cfg.wilson, cfg.segments
+            return gauge.affine_wilson_line_to_origin(
+                self.group,
+                self.connection_c0,
+                self.connection_c1,
+                positions,
+                cfg.wilson,
+                cfg.segments,
             )
         return gauge.wilson_line_to_origin(
             connection, positions, mode=cfg.wilson, segments=cfg.segments
@@ -497,6 +499,8 @@ class CovariantAttention(nn.Module):
                 quad = poincare.conformal_factor(z) * quad
             q = q + quad
         if v is not None:
+            if not cfg.query_velocity:
+                raise ValueError("this head was built with query_velocity=False: pass no velocity")
             if cfg.christoffel == "poincare":
                 q = q + self.w_q_christoffel(poincare.christoffel_contract(z, v))
             if cfg.position_velocity:
@@ -547,6 +551,7 @@ class CovariantAttention(nn.Module):
         context: ContextBank,
         connection: gauge.ConnectionFn | None = None,
         field_map: FieldMap | None = None,
+        lines: Tensor | None = None,
     ) -> PreparedContext:
         """Fields of every entry, transported to the origin with one Wilson line per entry.
 
@@ -572,7 +577,8 @@ class CovariantAttention(nn.Module):
         psi_k, psi_v = self._key_value_fields(context)  # [Bc, N, d_k] x 2
         if field_map is not None:
             psi_k, psi_v = field_map(context.positions, psi_k), field_map(context.positions, psi_v)
-        lines = self.lines_to_origin(context.positions, connection)  # [Bc, N, r, r]
+        if lines is None:  # given: the entries' lines of this head's connection, computed once
+            lines = self.lines_to_origin(context.positions, connection)  # [Bc, N, r, r]
         keys, values = apply_in_channels(lines, psi_k), apply_in_channels(lines, psi_v)
         return PreparedContext(
             positions=context.positions,
@@ -590,12 +596,15 @@ class CovariantAttention(nn.Module):
         queries: CovariantQueries,
         connection: gauge.ConnectionFn | None = None,
         field_map: FieldMap | None = None,
+        lines: Tensor | None = None,
     ) -> Tensor:
         """U_{z->0} psi_Q(z): [B, Q, d_k] (one Wilson line per query)."""
         psi_q = self.query_field(queries)
         if field_map is not None:
             psi_q = field_map(queries.positions, psi_q)
-        return apply_in_channels(self.lines_to_origin(queries.positions, connection), psi_q)
+        if lines is None:
+            lines = self.lines_to_origin(queries.positions, connection)
+        return apply_in_channels(lines, psi_q)
 
     def _check_batch(self, queries: CovariantQueries, prepared: PreparedContext) -> None:
         bq, bc = queries.positions.shape[0], prepared.batch_size
@@ -639,8 +648,14 @@ class CovariantAttention(nn.Module):
     # ------------------------------------------------------------------ forward
 
     def forward(
-        self, queries: CovariantQueries, context: ContextBank | PreparedContext
+        self,
+        queries: CovariantQueries,
+        context: ContextBank | PreparedContext,
+        query_lines: Tensor | None = None,
     ) -> tuple[Tensor, AttentionRecord]:
+        """`query_lines` [B, Q, r, r] (or [B, r, r] for single queries): the queries' Wilson lines
+        of this head's connection, when the caller already has them (heads that share one
+        connection share the lines of a point); None computes them."""
         cfg = self.config
         q = queries.multi()
         prepared = context if isinstance(context, PreparedContext) else self.prepare(context)
@@ -653,7 +668,10 @@ class CovariantAttention(nn.Module):
         else:
             levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)
 
-        scores = self._transported_query(q) @ prepared.keys.transpose(-1, -2)  # [B, Q, N]
+        if query_lines is not None and queries.single:
+            query_lines = query_lines.unsqueeze(1)
+        q_t = self._transported_query(q, lines=query_lines)  # [B, Q, d_k]
+        scores = q_t @ prepared.keys.transpose(-1, -2)  # [B, Q, N]
         tau = self.temperature(z)  # [B, Q]
         logits = scores / tau.unsqueeze(-1)  # [B, Q, N]
         screened = logits  # macro entries only: exempt from screening (Def 286), nothing to do

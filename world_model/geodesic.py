@@ -1,0 +1,509 @@
+"""GeodesicCrossAttention: the world model as one Boris-BAOAB step of latent Langevin dynamics on
+the Poincare ball, written as covariant attention heads (seed 003 Def 287).
+
+Latent state (z, p): a position z in the ball B^d (|z| <= max_norm) and a momentum covector p at
+z; mass G(z) = lambda(z)^2 I. One environment step of length h:
+
+    B  p <- p + h/2 (F_attn(z) + F_conf(z) + F_ctrl(z, a))   kick head over the force bank
+    A  (z, p) <- drift(z, p, h/2)                            drift head over the correction bank
+    O  p <- c1 p + c2 lambda(z) xi                           exact OU, c1 = e^(-gamma h),
+                                                             c2 = sqrt((1 - c1^2) T_c)
+    A, B as above.
+
+- Kick (Prop 101, keys as a gradient bank): F_attn = lambda(z) W(attention output), the head's
+  output read as a force in an orthonormal frame and mapped to a coordinate covector (so forces
+  can grow like lambda near the boundary: a softmax-weighted force is bounded, and a learned
+  model would otherwise confine weakly there, DESIGN.md); F_conf = -kappa grad(d_H(0, z)^2 / 2),
+  a known confining term with learned kappa >= 0; F_ctrl(z, a) the action's control force (a
+  covector: linear in a, plus an optional MLP of (log_0 z, a)).
+- Drift (Prop 102, values as displacement corrections): the geodesic flow with an attention
+  correction delta to the velocity: z' = exp_z(t (v + delta)), v = G^-1 p, with v parallel-
+  transported to z' and p' = G(z') v'. With delta = 0 this is exactly
+  geometry.poincare.geodesic_flow.
+- **The geodesic term is carried exactly once, by the drift.** The seed's steps kick with grad Phi
+  and drift z += h/2 G^-1 p; with a position-dependent mass that misses -dK/dz and does not target
+  the Gibbs density (DESIGN.md; tests/geometry/test_langevin.py measures it). Here the drift is
+  the exact kinetic flow (exp map + parallel transport), and the kick never adds -dK/dz: the model
+  is geometry.langevin.baoab_step with attention forces (tests/world_model/test_geodesic.py checks
+  both, and that the term is not doubled).
+- O: closed-form OU at a learned friction gamma = raw^2 (zero is reachable: a softplus stuck at
+  0.009 lost 26% of the energy over 1000 conservative steps in the feasibility study) and a fixed
+  temperature T_c. **Stochastic in training** (`next(..., stochastic=True)` draws xi ~ N(0, I));
+  **deterministic when planning** (`stochastic=False` takes the OU mean c1 p). An optional learned
+  thermostat head adds a residual read from a bank of fresh noise vectors (zero in the mean).
+
+The two kicks use one head and the two drifts another (B1 = B2, A1 = A2): the splitting is then
+symmetric (its deterministic part time-reversible), and the closing kick's attention force at
+z_{t+1} is the next step's opening one, so a rollout evaluates it once per step (cached on the
+state object; recomputed whenever the state was copied or the context changed).
+
+Context (DESIGN.md, "How data flows", 3): providers build banks once per planning call / training
+batch: the prototype pool (macro, level 0) and, when history is given, the recent trajectory
+window (texture, level 1). Kick heads query at macro level, drift heads at texture level.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from geometry import langevin, poincare
+from world_model.attention.context import ContextBank
+from world_model.attention.covariant import (
+    AttentionRecord,
+    CovariantAttention,
+    CovariantAttentionConfig,
+    CovariantQueries,
+    PreparedContext,
+)
+from world_model.memory.prototypes import PrototypeConfig, PrototypePool
+from world_model.memory.window import TrajectoryWindow, state_features
+from world_model.model import ACTIVATIONS, Dynamics, DynamicsConfig, LatentState, mlp
+from world_model.registry import register_dynamics
+
+__all__ = [
+    "GeodesicState",
+    "GeodesicConfig",
+    "GeodesicContext",
+    "GeodesicCrossAttention",
+    "GeodesicDynamics",
+    "confining_force",
+]
+
+MACRO, TEXTURE = 0, 1
+_ENCODERS = ("mlp", "linear")
+_DRIFTS = ("geodesic", "euclidean")
+_CONTROLS = ("linear", "mlp")
+
+
+def confining_force(z: Tensor) -> Tensor:
+    """-grad_z (d_H(0, z)^2 / 2) = -d_H(0, z) lambda(z) z / |z|  (d_H(0, z) = 2 artanh|z| has
+    coordinate gradient lambda(z) z / |z|). z [..., d] -> [..., d]; 0 at the origin."""
+    n = z.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    radius = 2.0 * torch.atanh(n.clamp_max(1 - torch.finfo(z.dtype).eps))
+    return -radius * poincare.conformal_factor(z) * z / n
+
+
+@dataclass
+class GeodesicState(LatentState):
+    z: Tensor  # [B, d] position in the Poincare ball
+    p: Tensor  # [B, d] momentum covector at z
+
+
+@dataclass
+class GeodesicConfig(DynamicsConfig):
+    """GeodesicCrossAttention dynamics (seed 003 Def 287) and its encoder."""
+
+    latent_dim: int = 8
+    """dimension d of the ball (and of the momentum)"""
+    encoder: str = "mlp"
+    """obs -> (z, p): 'mlp' (z = exp_0(u), p = lambda(z) m from an MLP) or 'linear' (z = affine
+    map projected into the ball, p affine: exact when observations are (z, p) themselves)"""
+    encoder_dim: int = 128
+    """width of the MLP encoder's hidden layers"""
+    encoder_layers: int = 1
+    """hidden layers of the MLP encoder"""
+    activation: str = "silu"
+    """activation of the encoder and control MLPs: silu, mish or elu"""
+    max_norm: float = 0.999
+    """positions are kept at |z| <= max_norm"""
+    dt: float = 1.0
+    """latent time step h of one environment step"""
+    prototypes: int = 64
+    """prototypes M in the macro-level pool"""
+    feature_dim: int = 16
+    """key/value feature size of every context entry"""
+    window: int = 0
+    """texture entries: latent states of the last `window` env steps (needs history; 0 = none)"""
+    d_k: int = 16
+    """size of each head's gauge fields (multiple of 4 n_colors)"""
+    n_colors: int = 2
+    """N_f of the SU(N_f) binding factor"""
+    g_s: float = 1.0
+    """SU(N_f)_C coupling"""
+    g_2: float = 0.5
+    """SU(2)_L coupling"""
+    g_1: float = 0.3
+    """U(1)_Y coupling"""
+    wilson: str = "exp"
+    """Wilson lines: first_order, exp or path_ordered (Node 67 reports the gauge error)"""
+    segments: int = 8
+    """pieces of a path-ordered Wilson line"""
+    attention_temperature: str = "metric"
+    """tau(z): metric (sqrt(d_k)/lambda(z), Thm 99), calibrated or constant"""
+    christoffel: str = "poincare"
+    """quadratic query: full, factorized or poincare (Def 283, 291, Prop 99)"""
+    string_tension: tuple[float, float] = (1.0, 0.01)
+    """initial sigma(macro), sigma(texture) of area-law screening (Prop 100)"""
+    chirality: float = 0.0
+    """initial chiral mixing strength kappa (0: identity; the gate needs a value gradient)"""
+    drift_correction: bool = True
+    """drift heads add an attention correction to the geodesic velocity (False: exact flow)"""
+    drift: str = "geodesic"
+    """A step: 'geodesic' (exp map + parallel transport: carries -dK/dz exactly) or 'euclidean'
+    (z += t G^-1 p at fixed p: the seed listing's step, which drops the geodesic term; an
+    ablation, shown wrong by the tests)"""
+    friction: float = 0.1
+    """initial OU friction gamma (learned, zero reachable)"""
+    thermostat_temperature: float = 1e-3
+    """T_c of the OU step (fixed); noise only in training rollouts"""
+    learned_thermostat: bool = False
+    """add the optional learned thermostat head (residual from a fresh noise bank)"""
+    confinement: float = 0.1
+    """initial kappa of the known confining force -kappa grad d_H(0, z)^2 / 2 (learned, >= 0)"""
+    control: str = "mlp"
+    """control force: 'linear' (W a) or 'mlp' (W a + MLP(log_0 z, a))"""
+    prototype_init_scale: float = 0.7
+    """spread of the prototypes' initial positions (see PrototypeConfig)"""
+
+    def __post_init__(self):
+        for name in ("latent_dim", "encoder_dim", "prototypes", "feature_dim", "d_k", "n_colors"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"GeodesicConfig.{name} must be an integer >= 1, got {value!r}")
+        for name in ("encoder_layers", "window"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 0):
+                raise ValueError(f"GeodesicConfig.{name} must be an integer >= 0, got {value!r}")
+        if self.encoder not in _ENCODERS:
+            raise ValueError(f"GeodesicConfig.encoder must be one of {_ENCODERS}")
+        if self.drift not in _DRIFTS:
+            raise ValueError(f"GeodesicConfig.drift must be one of {_DRIFTS}")
+        if self.control not in _CONTROLS:
+            raise ValueError(f"GeodesicConfig.control must be one of {_CONTROLS}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"GeodesicConfig.activation must be one of {sorted(ACTIVATIONS)}")
+        if not 0.0 < self.max_norm < 1.0:
+            raise ValueError(f"GeodesicConfig.max_norm must lie in (0, 1), got {self.max_norm}")
+        if not (math.isfinite(self.dt) and self.dt > 0):
+            raise ValueError(f"GeodesicConfig.dt must be > 0, got {self.dt}")
+        for name in ("friction", "thermostat_temperature", "confinement"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"GeodesicConfig.{name} must be finite and >= 0, got {value}")
+        self.string_tension = tuple(float(s) for s in self.string_tension)
+        # the heads validate the rest (wilson, temperature, christoffel, d_k % 4 n_colors, ...)
+        self.head_config(query_features=1, query_level=MACRO)
+
+    def head_config(
+        self, query_features: int, query_level: int, velocity: bool = False
+    ) -> CovariantAttentionConfig:
+        return CovariantAttentionConfig(
+            d=self.latent_dim,
+            d_query=query_features,
+            d_key=self.feature_dim,
+            d_value=self.feature_dim,
+            d_out=self.latent_dim,
+            d_k=self.d_k,
+            n_colors=self.n_colors,
+            g_s=self.g_s,
+            g_2=self.g_2,
+            g_1=self.g_1,
+            wilson=self.wilson,  # type: ignore[arg-type]
+            segments=self.segments,
+            temperature=self.attention_temperature,  # type: ignore[arg-type]
+            christoffel=self.christoffel,  # type: ignore[arg-type]
+            n_levels=2,
+            string_tension=self.string_tension,
+            query_level=query_level,
+            chirality=self.chirality,
+            query_velocity=velocity,
+        )
+
+
+@dataclass
+class GeodesicContext:
+    """Banks prepared once (Wilson lines of every entry computed once) and reused by every step
+    of a rollout: the force bank for the kick head, the correction bank for the drift head, and
+    the noise-bank keys of the optional thermostat head. `value_grad` [B, d] drives the chiral
+    projector (None: no gate)."""
+
+    force: PreparedContext
+    correction: PreparedContext
+    force_bank: ContextBank
+    correction_bank: ContextBank
+    value_grad: Tensor | None = None
+    records: list[AttentionRecord] | None = field(default=None)
+
+
+class GeodesicCrossAttention(nn.Module):
+    """One Boris-BAOAB step as attention heads (module docstring). Holds the kick head, the drift
+    head, the control map, the confinement and thermostat parameters."""
+
+    def __init__(self, config: GeodesicConfig, action_dim: int):
+        super().__init__()
+        cfg = self.config = config
+        d = cfg.latent_dim
+        self.kick_head = CovariantAttention(
+            cfg.head_config(query_features=2 * d, query_level=MACRO)
+        )
+        nn.init.zeros_(self.kick_head.w_o.weight)  # start from the confining + control forces
+        self.drift_head = CovariantAttention(
+            cfg.head_config(query_features=3 * d, query_level=TEXTURE, velocity=True)
+        )
+        nn.init.zeros_(self.drift_head.w_o.weight)  # start from the exact geodesic flow
+        self.control_linear = nn.Linear(action_dim, d, bias=False)
+        self.control_mlp = (
+            mlp(2 * d + action_dim, [64], d, cfg.activation) if cfg.control == "mlp" else None
+        )
+        if self.control_mlp is not None:
+            nn.init.zeros_(self.control_mlp[-1].weight)
+            nn.init.zeros_(self.control_mlp[-1].bias)
+        self.confinement_raw = nn.Parameter(torch.tensor(math.sqrt(cfg.confinement)))
+        self.friction_raw = nn.Parameter(torch.tensor(math.sqrt(cfg.friction)))
+        self.thermostat_head = (
+            CovariantAttention(cfg.head_config(query_features=2 * d, query_level=MACRO))
+            if cfg.learned_thermostat
+            else None
+        )
+        # One gauge connection for the latent space, shared by every head: the Wilson line of a
+        # point is then one line, computed once and used by each head evaluated there.
+        for head in self.heads()[1:]:
+            head.connection_c0 = self.kick_head.connection_c0
+            head.connection_c1 = self.kick_head.connection_c1
+
+    def heads(self) -> list[CovariantAttention]:
+        return [h for h in (self.kick_head, self.drift_head, self.thermostat_head) if h is not None]
+
+    def lines(self, z: Tensor) -> Tensor:
+        """U_{z->0} of the shared connection: z [..., d] -> [..., r, r]."""
+        return self.kick_head.lines_to_origin(z)
+
+    # ------------------------------------------------------------------ physical parameters
+
+    @property
+    def confinement(self) -> Tensor:
+        return self.confinement_raw.square()
+
+    @property
+    def friction(self) -> Tensor:
+        return self.friction_raw.square()
+
+    def ou_coefficients(self) -> tuple[Tensor, Tensor]:
+        return langevin.ou_coefficients(
+            self.friction, self.config.dt, self.config.thermostat_temperature
+        )
+
+    # ------------------------------------------------------------------ forces
+
+    def attention_force(
+        self, z: Tensor, context: GeodesicContext, lines: Tensor, record: bool = False
+    ) -> Tensor:
+        """F_attn + F_conf at z: the position-only part of the kick (reused between the closing
+        kick of a step and the opening kick of the next). z [B, d], lines [B, r, r] -> [B, d]."""
+        lam = poincare.conformal_factor(z)  # [B, 1]
+        queries = CovariantQueries(
+            positions=z,
+            features=torch.cat([z, poincare.logmap0(z)], dim=-1),
+            value_grad=context.value_grad,
+        )
+        out, rec = self.kick_head(queries, context.force, lines)  # [B, d] orthonormal frame
+        if record and context.records is not None:
+            context.records.append(rec)
+        return lam * out + self.confinement * confining_force(z)
+
+    def control_force(self, z: Tensor, action: Tensor) -> Tensor:
+        """F_ctrl(z, a): a covector [B, d] (linear in a, plus an optional MLP of (log_0 z, a))."""
+        force = self.control_linear(action)
+        if self.control_mlp is not None:
+            force = force + self.control_mlp(torch.cat([z, poincare.logmap0(z), action], dim=-1))
+        return force
+
+    # ------------------------------------------------------------------ drift and thermostat
+
+    def drift(
+        self,
+        z: Tensor,
+        p: Tensor,
+        t: float,
+        context: GeodesicContext,
+        lines: Tensor | None = None,
+        record: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """A step for time t: z' = exp_z(t (v + delta)), v' = P_{z->z'} v, p' = G(z') v'.
+        delta = 0 (no correction) is the exact geodesic flow of K = 1/2 p^T G^-1 p."""
+        cfg = self.config
+        v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
+        step = v
+        if cfg.drift_correction:
+            queries = CovariantQueries(
+                positions=z,
+                features=state_features(z, p),
+                velocity=v,
+                value_grad=context.value_grad,
+            )
+            lines = self.lines(z) if lines is None else lines
+            out, rec = self.drift_head(queries, context.correction, lines)  # [B, d]
+            if record and context.records is not None:
+                context.records.append(rec)
+            step = v + out / poincare.conformal_factor(z)
+        if cfg.drift == "euclidean":  # the seed listing's step: no geodesic term (ablation)
+            return poincare.project(z + t * step, cfg.max_norm), p
+        z_new = poincare.project(poincare.expmap(z, t * step), cfg.max_norm)
+        v_new = poincare.parallel_transport(z, z_new, v)
+        return z_new, v_new * poincare.metric_factor(z_new)
+
+    def thermostat(
+        self, z: Tensor, p: Tensor, context: GeodesicContext, stochastic: bool
+    ) -> Tensor:
+        """O step: exact OU p <- c1 p + c2 lambda(z) xi (its mean c1 p when not stochastic), plus
+        the optional learned residual read from a bank of fresh noise vectors (zero mean)."""
+        c1, c2 = self.ou_coefficients()
+        xi = torch.randn_like(p) if stochastic else None
+        p = langevin.ou_step(z, p, c1, c2, xi)
+        if self.thermostat_head is not None and stochastic:
+            bank = context.force_bank
+            noise = torch.randn_like(bank.value_features)  # fresh noise values, keys learned
+            noise_bank = ContextBank(
+                bank.positions, bank.key_features, noise, bank.levels, bank.mask
+            )
+            queries = CovariantQueries(
+                positions=z,
+                features=torch.cat([z, p / poincare.conformal_factor(z)], dim=-1),
+                value_grad=context.value_grad,
+            )
+            prepared = self.thermostat_head.prepare(noise_bank, lines=context.force.lines)
+            out, _ = self.thermostat_head(queries, prepared)
+            p = p + c2 * poincare.conformal_factor(z) * out
+        return p
+
+    # ------------------------------------------------------------------ one step
+
+    def forward(
+        self,
+        z: Tensor,
+        p: Tensor,
+        action: Tensor,
+        context: GeodesicContext,
+        *,
+        stochastic: bool = False,
+        cache: tuple[Tensor, Tensor] | None = None,
+        record: bool = False,
+    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
+        """One B-A-O-A-B step. z, p [B, d], action [B, A]; `cache` = (position-only kick force,
+        Wilson lines) at z from the previous step (None: computed). Returns (z', p', cache at z').
+        Lines are computed at three points per step (z, the half-step, z'), z's from the cache."""
+        h = self.config.dt
+        if cache is None:
+            lines = self.lines(z)
+            cache = (self.attention_force(z, context, lines, record), lines)
+        force, lines = cache
+        p = p + 0.5 * h * (force + self.control_force(z, action))  # B
+        z, p = self.drift(z, p, 0.5 * h, context, lines, record)  # A
+        p = self.thermostat(z, p, context, stochastic)  # O
+        z, p = self.drift(z, p, 0.5 * h, context, None, record)  # A
+        lines = self.lines(z)
+        force = self.attention_force(z, context, lines, record)
+        p = p + 0.5 * h * (force + self.control_force(z, action))  # B
+        return z, p, (force, lines)
+
+
+@register_dynamics(
+    "geodesic", GeodesicConfig, "GeodesicCrossAttention: Boris-BAOAB on the Poincare ball"
+)
+class GeodesicDynamics(Dynamics):
+    """The geodesic world model's latent dynamics (plugs into world_model.model.WorldModel)."""
+
+    state_type = GeodesicState
+
+    def __init__(self, obs_dim: int, action_dim: int, config: GeodesicConfig | None = None):
+        super().__init__()
+        cfg = config or GeodesicConfig()
+        self.config = cfg
+        d = cfg.latent_dim
+        self.feature_dim = 3 * d  # state_features: (z, log_0 z, p / lambda)
+        if cfg.encoder == "mlp":
+            self.encoder = mlp(
+                obs_dim, [cfg.encoder_dim] * cfg.encoder_layers, 2 * d, cfg.activation
+            )
+        else:
+            self.encoder = nn.Linear(obs_dim, 2 * d)
+        self.prototypes = PrototypePool(
+            d, PrototypeConfig(cfg.prototypes, cfg.feature_dim, cfg.prototype_init_scale)
+        )
+        self.window = TrajectoryWindow(d, cfg.feature_dim, TEXTURE) if cfg.window > 0 else None
+        self.integrator = GeodesicCrossAttention(cfg, action_dim)
+
+    # ------------------------------------------------------------------ interface
+
+    def encode(self, obs: Tensor) -> GeodesicState:
+        if obs.dim() != 2:
+            raise ValueError(f"GeodesicDynamics.encode expects obs [B, O], got {tuple(obs.shape)}")
+        u, m = self.encoder(obs).chunk(2, dim=-1)  # [B, d] each
+        if self.config.encoder == "mlp":
+            z = poincare.expmap0(u)
+            z = poincare.project(z, self.config.max_norm)
+            return GeodesicState(z, poincare.conformal_factor(z) * m)
+        return GeodesicState(poincare.project(u, self.config.max_norm), m)
+
+    def context(
+        self,
+        state: GeodesicState,
+        history: GeodesicState | None = None,
+        history_mask: Tensor | None = None,
+        value_grad: Tensor | None = None,
+    ) -> GeodesicContext:
+        """Banks for one rollout: prototypes (macro) plus, given `history` [B, W] (oldest first)
+        with `history_mask` [B, W], the recent trajectory window (texture)."""
+        force_bank = self.prototypes.force_bank()
+        correction_bank = self.prototypes.correction_bank()
+        if self.window is not None and history is not None:
+            window_force, window_correction = self.window.banks(history.z, history.p, history_mask)
+            force_bank = ContextBank.cat([force_bank, window_force])
+            correction_bank = ContextBank.cat([correction_bank, window_correction])
+        integ = self.integrator
+        lines = integ.lines(force_bank.positions)  # both banks hold the same entries
+        return GeodesicContext(
+            force=integ.kick_head.prepare(force_bank, lines=lines),
+            correction=integ.drift_head.prepare(correction_bank, lines=lines),
+            force_bank=force_bank,
+            correction_bank=correction_bank,
+            value_grad=value_grad,
+        )
+
+    def next(
+        self,
+        state: GeodesicState,
+        action: Tensor,
+        context: Any = None,
+        *,
+        stochastic: bool = False,
+    ) -> GeodesicState:
+        ctx = context if context is not None else self.context(state)
+        cached = getattr(state, "_step_cache", None)
+        cache = cached[1] if cached is not None and cached[0] is ctx else None
+        z, p, new_cache = self.integrator(
+            state.z, state.p, action, ctx, stochastic=stochastic, cache=cache
+        )
+        out = GeodesicState(z, p)
+        out._step_cache = (ctx, new_cache)  # kick force + lines at z', for the next step
+        return out
+
+    def features(self, state: GeodesicState) -> Tensor:
+        return state_features(state.z, state.p)  # [B, 3d]
+
+    def consistency_loss(self, predicted: GeodesicState, target: GeodesicState) -> Tensor:
+        """d_H(z, z*)^2 + lambda(z*)^2 |P_{z->z*} v - v*|^2 per sample, divided by d: hyperbolic
+        distance of the positions and the metric norm of the velocity error at the target, after
+        transporting the predicted velocity there (v = G^-1 p). [B]."""
+        zp, zt = predicted.z, target.z
+        vp = predicted.p * poincare.inverse_metric_factor(zp)
+        vt = target.p * poincare.inverse_metric_factor(zt)
+        dv = poincare.parallel_transport(zp, zt, vp) - vt  # [B, d]
+        dist2 = poincare.dist(zp, zt).square()  # [B]
+        vel2 = (poincare.conformal_factor(zt) * dv).square().sum(-1)  # [B]
+        return (dist2 + vel2) / zp.shape[-1]
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {
+            "encoder": list(self.encoder.parameters()),
+            "dynamics": [
+                *self.prototypes.parameters(),
+                *(self.window.parameters() if self.window is not None else []),
+                *self.integrator.parameters(),
+            ],
+        }
