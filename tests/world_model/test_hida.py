@@ -1,0 +1,379 @@
+"""world_model/attention/hida.py: the four HIDA operators (seed 000 M1-M4) against independent
+re-computations of their definitions (brute-force index sets, geoopt distances and maps, a
+sequential online k-means), their weights as the exact linear map values -> out, masks, batch
+dims, finite values and gradients at |z| = 1 - 1e-5, and their configs' errors."""
+
+from __future__ import annotations
+
+import math
+
+import geoopt
+import pytest
+import torch
+
+from tests.conftest import ball_points
+from world_model.attention import ida
+from world_model.attention.hida import (
+    CHIDA,
+    FPHIDA,
+    LHIDA,
+    CHIDAConfig,
+    CHIDAState,
+    DenseHIDA,
+    DenseHIDAConfig,
+    FPHIDAConfig,
+    LHIDAConfig,
+    c_hida_empty_state,
+    c_hida_ingest,
+    fp_index_set,
+    fp_index_set_bound,
+    l_hida_attention,
+)
+
+BALL = geoopt.PoincareBall(c=1.0)
+F64 = torch.float64
+
+
+def data(n_q, n_k, d=3, dv=2, seed=0, max_norm=0.9, dtype=F64):
+    q = ball_points(n_q, d, max_norm, dtype=dtype, seed=seed)
+    k = ball_points(n_k, d, max_norm, dtype=dtype, seed=seed + 1)
+    v = torch.randn(n_k, dv, dtype=dtype, generator=torch.Generator().manual_seed(seed + 2))
+    return q, k, v
+
+
+def brute_index_set(p, n, w, g, causal):
+    """Seed 000 Def 5.2 written out with Python sets."""
+    s = {j for j in range(p - w, p + w + 1)}
+    s |= {(t * n) // g for t in range(g)}
+    top = math.ceil(math.log2(n)) if n > 1 else 0
+    s |= {p + 2**k for k in range(top + 1)} | {p - 2**k for k in range(top + 1)} | {p}
+    return sorted(j for j in s if 0 <= j < n and (not causal or j <= p))
+
+
+# =========================================================================== Dense
+
+
+def test_dense_equals_the_function_with_and_without_query_chunks():
+    q, k, v = data(10, 17)
+    mask = torch.rand(10, 17, generator=torch.Generator().manual_seed(3)) > 0.3
+    ref_out, ref_w = ida.inverse_distance_attention(q, k, v, 0.05, "poincare", mask)
+    for chunk in (None, 3):
+        op = DenseHIDA(DenseHIDAConfig(eps=0.05, query_chunk=chunk))
+        out, w = op(q, k, v, mask)
+        torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-14)
+        torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-14)
+        out2, none = op(q, k, v, mask, need_weights=False)
+        assert none is None
+        torch.testing.assert_close(out2, ref_out, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("metric", ida.METRICS)
+def test_dense_serves_all_three_geometries(metric):
+    """Dense with metric "euclidean" is the Resolver, with "sphere" SIDA (seed 000 §2, §8.1)."""
+    q, k, v = data(5, 8)
+    if metric == "sphere":
+        q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    out, w = DenseHIDA(DenseHIDAConfig(eps=0.1, metric=metric))(q, k, v)
+    torch.testing.assert_close(w @ v, out)
+    torch.testing.assert_close(w.sum(-1), torch.ones(5, dtype=F64))
+
+
+# =========================================================================== FP
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 100])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp_index_set_matches_its_definition_and_bound(n, causal):
+    w, g = 3, 4
+    positions = torch.arange(n + 1)  # includes p = n, a query at "now"
+    idx, valid = fp_index_set(positions, n, w, g, causal)
+    for p in range(n + 1):
+        got = idx[p][valid[p]].tolist()
+        assert got == brute_index_set(p, n, w, g, causal)
+        assert len(got) <= fp_index_set_bound(n, w, g)  # seed 000 Thm 5.4
+
+
+def test_fp_query_at_now_sees_the_recent_past_and_the_dyadic_history():
+    n = 1000
+    idx, valid = fp_index_set(torch.tensor([n]), n, 4, 5, causal=True)
+    got = set(idx[0][valid[0]].tolist())
+    assert {996, 997, 998, 999} <= got  # local window, newest entries
+    assert {999, 998, 996, 992, 984, 968, 936, 872, 744, 488} <= got  # now - 2^k
+    assert {0, 200, 400, 600, 800} <= got  # global anchors
+    assert max(got) == n - 1
+
+
+@pytest.mark.parametrize("query_time", ["sequence", "now"])
+def test_fp_equals_dense_masked_to_the_index_set(query_time):
+    """FP-HIDA = Dense-HIDA with every key outside S_i masked (Def 5.2 + Def 5.1)."""
+    q, k, v = data(40, 40 if query_time == "sequence" else 57, seed=4)
+    n_q, n_k = q.shape[0], k.shape[0]
+    user_mask = torch.rand(n_q, n_k, generator=torch.Generator().manual_seed(5)) > 0.2
+    op = FPHIDA(FPHIDAConfig(eps=0.02, window=2, n_global=3, query_time=query_time, query_chunk=7))
+    w_, g_ = op.sizes(n_k)
+    positions = op.positions(n_q, n_k)
+    index_mask = torch.zeros(n_q, n_k, dtype=torch.bool)
+    for i, p in enumerate(positions.tolist()):
+        index_mask[i, brute_index_set(p, n_k, w_, g_, False)] = True
+    out, w = op(q, k, v, user_mask)
+    ref_out, ref_w = ida.inverse_distance_attention(
+        q, k, v, 0.02, "poincare", user_mask & index_mask
+    )
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
+
+
+def test_fp_with_a_window_covering_everything_is_dense_and_batches():
+    q, k, v = data(2 * 12, 2 * 12, seed=6)
+    q, k, v = q.reshape(2, 12, 3), k.reshape(2, 12, 3), v.reshape(2, 12, 2)
+    out, w = FPHIDA(FPHIDAConfig(eps=0.01, window=12))(q, k, v)
+    ref_out, ref_w = ida.inverse_distance_attention(q, k, v, 0.01, "poincare")
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
+
+
+def test_fp_explicit_query_positions_and_errors():
+    q, k, v = data(3, 20, seed=7)
+    op = FPHIDA(FPHIDAConfig(eps=0.01, window=1, n_global=1))
+    out, w = op(q, k, v, query_positions=torch.tensor([0, 10, 20]))
+    torch.testing.assert_close(w @ v, out)
+    assert (w[0, 17:] == 0).all() and w[0, 16] > 0 and w[2, 19] > 0  # 16 = 0 + 2^4
+    with pytest.raises(ValueError, match="query_positions must have shape"):
+        op(q, k, v, query_positions=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="Nq <= Nk"):
+        op(k, q, v[:3])
+
+
+# =========================================================================== L
+
+
+def naive_l_hida(q, k, v, anchors, eps, key_mask=None):
+    """Seed 000 Def 5.3 (memberships) with mass-weighted query weights, from geoopt."""
+    dka = BALL.dist(k[:, None, :], anchors[None, :, :]) ** 2  # [Nk, m]
+    memb = 1.0 / (dka + eps)
+    memb = memb / memb.sum(-1, keepdim=True)
+    if key_mask is not None:
+        memb = memb * key_mask[:, None]
+    mass = memb.sum(0)  # [m]
+    means = (memb.T @ v) / mass[:, None]
+    kqa = mass / (BALL.dist(q[:, None, :], anchors[None, :, :]) ** 2 + eps)  # [Nq, m]
+    pi = kqa / kqa.sum(-1, keepdim=True)
+    return pi @ means
+
+
+@pytest.mark.parametrize("chunk", [4, 2048])
+def test_l_hida_matches_its_definition_and_weights_are_its_linear_map(chunk):
+    q, k, v = data(9, 30, seed=8)
+    op = LHIDA(LHIDAConfig(n_anchors=5, dim=3, eps=0.05, chunk=chunk)).double()
+    out, w = op(q, k, v)
+    anchors = op.anchors.detach()
+    torch.testing.assert_close(out, naive_l_hida(q, k, v, anchors, 0.05), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w @ v, out, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w.sum(-1), torch.ones(9, dtype=F64))
+
+
+def test_l_hida_with_anchors_on_the_keys_is_dense():
+    """m = n anchors placed on the keys, eps small against the keys' separation: L -> Dense."""
+    q, k, v = data(7, 12, seed=9)
+    eps = 1e-8
+    out, w = l_hida_attention(q, k, v, k, eps)
+    ref_out, ref_w = ida.inverse_distance_attention(q, k, v, eps, "poincare")
+    torch.testing.assert_close(out, ref_out, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(w, ref_w, rtol=1e-6, atol=1e-7)
+
+
+def test_l_hida_key_mask_drops_keys_and_per_query_masks_are_refused():
+    q, k, v = data(4, 10, seed=10)
+    op = LHIDA(LHIDAConfig(n_anchors=3, dim=3, eps=0.1)).double()
+    keep = torch.tensor([1, 1, 0, 1, 0, 1, 1, 1, 0, 1], dtype=torch.bool)
+    out, w = op(q, k, v, keep[None, :])
+    ref = naive_l_hida(q, k, v, op.anchors.detach(), 0.1, keep.double())
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    assert (w[:, ~keep] == 0).all()
+    with pytest.raises(ValueError, match="only a key mask"):
+        op(q, k, v, torch.ones(4, 10, dtype=torch.bool))
+
+
+def test_l_hida_anchors_train_with_riemannian_adam_inside_the_ball():
+    """The anchors are a geoopt ManifoldParameter: RiemannianAdam keeps them in the ball while
+    it lowers the error against Dense-HIDA (they are learnable)."""
+    torch.manual_seed(0)
+    q, k, v = data(64, 128, d=2, seed=11, dtype=torch.float32)
+    ref, _ = ida.inverse_distance_attention(q, k, v, 0.05, "poincare")
+    op = LHIDA(LHIDAConfig(n_anchors=8, dim=2, eps=0.05, init_radius=0.1))
+    assert isinstance(op.anchors, geoopt.ManifoldParameter)
+    opt = geoopt.optim.RiemannianAdam(op.parameters(), lr=0.05)
+    errors = []
+    for _ in range(60):
+        out, _ = op(q, k, v, need_weights=False)
+        loss = (out - ref).square().mean()
+        errors.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert errors[-1] < 0.5 * errors[0]
+    assert float(op.anchors.detach().norm(dim=-1).max()) < 1.0
+
+
+# =========================================================================== C
+
+
+def naive_online_kmeans(keys, values, c, max_norm):
+    """Sequential online hyperbolic k-means with geoopt's maps: the first c keys open the
+    summaries; each later key x moves its nearest summary s by exp_s(log_s(x) / (n_s + 1))."""
+    centers, means, counts = [], [], []
+    for x, val in zip(keys, values, strict=True):
+        if len(centers) < c:
+            centers.append(x.clone())
+            means.append(val.clone())
+            counts.append(1.0)
+            continue
+        dist = torch.stack([BALL.dist(x, s) for s in centers])
+        j = int(dist.argmin())
+        counts[j] += 1.0
+        step = BALL.logmap(centers[j], x) / counts[j]
+        new = BALL.expmap(centers[j], step, project=False)
+        centers[j] = new * (max_norm / new.norm()).clamp_max(1.0)
+        means[j] = means[j] + (val - means[j]) / counts[j]
+    return torch.stack(centers), torch.stack(means), torch.tensor(counts, dtype=keys.dtype)
+
+
+def test_c_hida_sequential_ingest_is_online_hyperbolic_kmeans():
+    q, k, v = data(6, 40, seed=12, max_norm=0.95)
+    cfg = CHIDAConfig(n_summaries=4, key_dim=3, value_dim=2, eps=0.05, ingest_chunk=1)
+    op = CHIDA(cfg).double()
+    out, w = op(q, k, v)
+    centers, means, counts = naive_online_kmeans(k, v, 4, cfg.max_norm)
+    state = c_hida_empty_state((), 4, 3, 2, like=k)
+    for i in range(40):
+        state, _ = c_hida_ingest(state, k[i : i + 1], v[i : i + 1])
+    torch.testing.assert_close(state.centers, centers, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(state.value_means, means, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(state.counts, counts)
+    ref_out, _ = ida.inverse_distance_attention(
+        q, centers, means, 0.05, "poincare", key_mass=counts
+    )
+    torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(w @ v, out, rtol=1e-9, atol=1e-11)  # exact map values -> out
+    torch.testing.assert_close(w.sum(-1), torch.ones(6, dtype=F64))
+
+
+def test_c_hida_minibatch_value_means_are_exact_and_persistent_state_matches_forward():
+    q, k, v = data(5, 100, seed=13)
+    cfg = CHIDAConfig(n_summaries=6, key_dim=3, value_dim=2, eps=0.05, ingest_chunk=16)
+    op = CHIDA(cfg).double()
+    out, w = op(q, k, v)
+    assert float(op.counts.sum()) == 0.0  # forward leaves the persistent state alone
+    slots = torch.cat([op.ingest(k[s : s + 16], v[s : s + 16]) for s in range(0, 100, 16)])
+    read_out, pi = op.read(q)
+    torch.testing.assert_close(read_out, out, rtol=1e-12, atol=1e-13)
+    assert float(op.counts.sum()) == 100.0 and pi.shape == (5, 6)
+    for j in range(6):  # value means are the exact means of the values assigned to each slot
+        torch.testing.assert_close(op.value_means[j], v[slots == j].mean(0), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w @ v, out, rtol=1e-10, atol=1e-12)
+    clone = CHIDA(cfg).double()
+    clone.load_state_dict(op.state_dict())
+    torch.testing.assert_close(clone.read(q)[0], read_out)
+
+
+def test_c_hida_key_mask_skips_keys_and_batches():
+    q, k, v = data(2 * 4, 2 * 30, seed=14)
+    q, k, v = q.reshape(2, 4, 3), k.reshape(2, 30, 3), v.reshape(2, 30, 2)
+    keep = torch.rand(2, 1, 30, generator=torch.Generator().manual_seed(15)) > 0.3
+    # ingest_chunk=1: skipping a key must equal never seeing it (chunks of raw keys would
+    # group the remaining keys differently into mini-batches)
+    op = CHIDA(CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1, ingest_chunk=1)).double()
+    out, w = op(q, k, v, keep)
+    for b in range(2):
+        sub, _ = op(q[b], k[b][keep[b, 0]], v[b][keep[b, 0]])
+        torch.testing.assert_close(out[b], sub, rtol=1e-12, atol=1e-13)
+    assert (w[~keep.expand(2, 4, 30)] == 0).all()
+    with pytest.raises(ValueError, match="only a key mask"):
+        op(q, k, v, torch.ones(2, 4, 30, dtype=torch.bool))
+
+
+def test_c_hida_fewer_keys_than_summaries_and_empty_reads():
+    op = CHIDA(CHIDAConfig(n_summaries=8, key_dim=2, value_dim=1, eps=0.1))
+    out, pi = op.read(torch.zeros(1, 2))
+    assert (out == 0).all() and (pi == 0).all()  # nothing stored yet: zero readout, no NaN
+    op.ingest(torch.tensor([[0.1, 0.2], [0.3, -0.1]]), torch.tensor([[1.0], [3.0]]))
+    out, pi = op.read(torch.tensor([[0.1, 0.2]]))
+    assert float(op.counts.sum()) == 2.0 and (pi[0, 2:] == 0).all() and 1.0 < float(out) < 3.0
+
+
+# =========================================================================== all four
+
+
+def _operators(d, dv, eps):
+    return {
+        "dense": DenseHIDA(DenseHIDAConfig(eps=eps)),
+        "fp": FPHIDA(FPHIDAConfig(eps=eps, window=2, n_global=2)),
+        "l": LHIDA(LHIDAConfig(n_anchors=4, dim=d, eps=eps)),
+        "c": CHIDA(CHIDAConfig(n_summaries=4, key_dim=d, value_dim=dv, eps=eps, ingest_chunk=5)),
+    }
+
+
+@pytest.mark.parametrize("name", ["dense", "fp", "l", "c"])
+def test_float32_finite_values_and_gradients_at_the_boundary(name):
+    """Queries and keys at |z| = 1 - 1e-5, a query equal to a key, float32: finite outputs and
+    gradients for every operator (and L's anchors)."""
+    k = ball_points(16, 3, 1 - 1e-5, dtype=torch.float32, seed=16, min_norm=1 - 1e-5)
+    k = k.requires_grad_(True)
+    q = torch.cat([k.detach()[:3], 0.5 * k.detach()[3:6]]).requires_grad_(True)
+    v = torch.randn(16, 2, requires_grad=True)
+    op = _operators(3, 2, 1e-4)[name]
+    out, w = op(q, k, v)
+    (out.square().sum() + w.square().sum()).backward()
+    for t in (out, w, q.grad, k.grad, v.grad):
+        assert torch.isfinite(t).all()
+    if name == "l":
+        assert torch.isfinite(op.anchors.grad).all()
+
+
+@pytest.mark.parametrize("name", ["dense", "fp", "l", "c"])
+def test_call_shape_and_weights_are_the_linear_map(name):
+    """base.py's call shape: out [..., Nq, dv], weights [..., Nq, Nk] with out = weights @ v and
+    rows summing to 1; batch dims broadcast."""
+    q, k, v = data(2 * 6, 2 * 9, seed=17)
+    q, k, v = q.reshape(2, 6, 3), k.reshape(2, 9, 3), v.reshape(2, 9, 2)
+    op = _operators(3, 2, 0.05)[name].double()
+    out, w = op(q, k, v)
+    assert out.shape == (2, 6, 2) and w.shape == (2, 6, 9)
+    torch.testing.assert_close(w @ v, out, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 6, dtype=F64))
+    out2, none = op(q, k, v, need_weights=False)
+    assert none is None
+    torch.testing.assert_close(out2, out)
+
+
+def test_configs_and_inputs_get_one_clear_error():
+    q, k, v = data(3, 5)
+    cases = [
+        (lambda: DenseHIDAConfig(eps=0), "eps must be"),
+        (lambda: DenseHIDAConfig(metric="klein"), "metric must be one of"),
+        (lambda: DenseHIDAConfig(query_chunk=0), "query_chunk must be"),
+        (lambda: FPHIDAConfig(window=-1), "window must be"),
+        (lambda: FPHIDAConfig(n_global=0), "n_global must be"),
+        (lambda: FPHIDAConfig(query_time="later"), "query_time must be"),
+        (lambda: LHIDAConfig(n_anchors=0), "n_anchors must be"),
+        (lambda: LHIDAConfig(init_radius=1.0), "init_radius must lie"),
+        (lambda: CHIDAConfig(max_norm=1.0), "max_norm must lie"),
+        (lambda: CHIDAConfig(ingest_chunk=0), "ingest_chunk must be"),
+        (lambda: LHIDA(LHIDAConfig(dim=4))(q, k, v), "keys must have dim 4"),
+        (lambda: LHIDA(LHIDAConfig(n_anchors=9, dim=3)).init_anchors_from_keys(k), "at least"),
+        (lambda: CHIDA(CHIDAConfig(key_dim=3, value_dim=2)).ingest(k[0], v), "keys must have"),
+        (lambda: CHIDA(CHIDAConfig(key_dim=3, value_dim=3)).ingest(k, v), "values must have"),
+        (lambda: CHIDA(CHIDAConfig(key_dim=3)).read(q[:, :2]), "queries must have"),
+        (lambda: DenseHIDA()(q, 2 * k / k.norm(dim=-1, keepdim=True), v), "Poincare ball"),
+        (lambda: FPHIDA()(q, k, v[:4]), "same number of entries"),
+        (lambda: CHIDA(CHIDAConfig(key_dim=3, value_dim=2))(q, k[:, :2], v), "last dim"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+def test_c_hida_state_type():
+    state = c_hida_empty_state((2,), 3, 4, 5, like=torch.zeros(1))
+    assert isinstance(state, CHIDAState)
+    assert state.centers.shape == (2, 3, 4) and state.value_means.shape == (2, 3, 5)
