@@ -51,8 +51,12 @@ ForceFn = Callable[[Tensor], Tensor]  # z [..., d] -> -dPhi/dz [..., d] (plus an
 def ou_coefficients(gamma: float | Tensor, h: float, temperature: float | Tensor):
     """c1 = exp(-gamma h), c2 = sqrt((1 - c1^2) T)  (seed 003 Thm 103, thermalisation)."""
     if isinstance(gamma, Tensor) or isinstance(temperature, Tensor):
-        c1 = torch.exp(-torch.as_tensor(gamma) * h)
-        return c1, torch.sqrt(((1 - c1.square()) * temperature).clamp_min(0.0))
+        gamma = torch.as_tensor(gamma)
+        c1 = torch.exp(-gamma * h)
+        # 1 - c1^2 = -expm1(-2 gamma h) keeps its digits at small gamma; the floor keeps the
+        # gradient finite where gamma reaches 0 (sqrt'(0) is infinite; the floor passes none)
+        var = (-torch.expm1(-2 * gamma * h) * temperature).clamp_min(1e-30)
+        return c1, torch.sqrt(var)
     c1 = math.exp(-gamma * h)
     return c1, math.sqrt(max((1 - c1 * c1) * temperature, 0.0))
 

@@ -191,6 +191,8 @@ def metric_temperature_consistency_check(
     all 0 fall back to the recorded tau. extra: the mean deviation and the largest gap between
     the read and the recorded tau.
     """
+    if record.tau is None:
+        raise ValueError("node 68 needs a softmax head (this kernel has no temperature)")
     record = record.detach()
     valid = _valid_pairs(record)
     s = record.scores.masked_fill(~valid, 0.0)
@@ -275,15 +277,15 @@ def run_diagnostics(
     emit: bool = True,
 ) -> list[NodeReport]:
     """Nodes 67-70 for one forward pass (re-run here if `record` is None). Nodes that do not
-    apply (69 without value_grad, 70 without macro queries) are left out. With `emit`, each
-    crossed threshold is issued once as a CovariantDiagnosticWarning."""
+    apply (68 for kernels without a temperature, 69 without value_grad, 70 without macro
+    queries) are left out. With `emit`, each crossed threshold is issued once as a
+    CovariantDiagnosticWarning."""
     if record is None:
         with torch.no_grad():
             _, record = head(queries, context)
-    reports = [
-        gauge_invariance_check(head, queries, context, generator=generator),
-        metric_temperature_consistency_check(record),
-    ]
+    reports = [gauge_invariance_check(head, queries, context, generator=generator)]
+    if record.tau is not None:
+        reports.append(metric_temperature_consistency_check(record))
     if record.projectors is not None:
         reports.append(chirality_violation_check(record))
     if bool((record.query_levels == MACRO_LEVEL).any()):

@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 MACRO, TEXTURE = 0, 1
-_ENCODERS = ("mlp", "linear")
+_ENCODERS = ("mlp", "linear", "identity")
 _DRIFTS = ("geodesic", "euclidean")
 _CONTROLS = ("linear", "mlp")
 
@@ -101,8 +101,9 @@ class GeodesicConfig(DynamicsConfig):
     latent_dim: int = 8
     """dimension d of the ball (and of the momentum)"""
     encoder: str = "mlp"
-    """obs -> (z, p): 'mlp' (z = exp_0(u), p = lambda(z) m from an MLP) or 'linear' (z = affine
-    map projected into the ball, p affine: exact when observations are (z, p) themselves)"""
+    """obs -> (z, p): 'mlp' (z = exp_0(u), p = lambda(z) m from an MLP), 'linear' (z = an affine
+    map projected into the ball, p affine), or 'identity' (observations are (z, p) themselves,
+    obs_dim = 2 latent_dim: the latent state is the observed one, as on PoincareDisk-v0)"""
     encoder_dim: int = 128
     """width of the MLP encoder's hidden layers"""
     encoder_layers: int = 1
@@ -133,6 +134,9 @@ class GeodesicConfig(DynamicsConfig):
     """Wilson lines: first_order, exp or path_ordered (Node 67 reports the gauge error)"""
     segments: int = 8
     """pieces of a path-ordered Wilson line"""
+    attention: str = "softmax"
+    """the heads' attention kernel: softmax (covariant softmax, seed 003), inverse_distance
+    (HIDA on the positions, seed 000) or krr (kernel ridge regression, seed 001)"""
     attention_temperature: str = "metric"
     """tau(z): metric (sqrt(d_k)/lambda(z), Thm 99), calibrated or constant"""
     christoffel: str = "poincare"
@@ -212,6 +216,7 @@ class GeodesicConfig(DynamicsConfig):
             query_level=query_level,
             chirality=self.chirality,
             query_velocity=velocity,
+            kernel=self.attention,  # type: ignore[arg-type]
         )
 
 
@@ -415,8 +420,15 @@ class GeodesicDynamics(Dynamics):
         cfg = config or GeodesicConfig()
         self.config = cfg
         d = cfg.latent_dim
-        self.feature_dim = 3 * d  # state_features: (z, log_0 z, p / lambda)
-        if cfg.encoder == "mlp":
+        self.feature_dim = 4 * d  # (z, log_0 z, p / lambda, p): see features()
+        if cfg.encoder == "identity" and obs_dim != 2 * d:
+            raise ValueError(
+                f"GeodesicConfig.encoder='identity' needs obs_dim = 2 * latent_dim = {2 * d}, "
+                f"got obs_dim = {obs_dim}"
+            )
+        if cfg.encoder == "identity":
+            self.encoder = nn.Identity()
+        elif cfg.encoder == "mlp":
             self.encoder = mlp(
                 obs_dim, [cfg.encoder_dim] * cfg.encoder_layers, 2 * d, cfg.activation
             )
@@ -434,6 +446,8 @@ class GeodesicDynamics(Dynamics):
         if obs.dim() != 2:
             raise ValueError(f"GeodesicDynamics.encode expects obs [B, O], got {tuple(obs.shape)}")
         u, m = self.encoder(obs).chunk(2, dim=-1)  # [B, d] each
+        if self.config.encoder == "identity":
+            return GeodesicState(poincare.project(u, self.config.max_norm), m)
         if self.config.encoder == "mlp":
             z = poincare.expmap0(u)
             z = poincare.project(z, self.config.max_norm)
@@ -484,7 +498,10 @@ class GeodesicDynamics(Dynamics):
         return out
 
     def features(self, state: GeodesicState) -> Tensor:
-        return state_features(state.z, state.p)  # [B, 3d]
+        """(z, log_0 z, p / lambda(z), p) [B, 4d]: the position as a ball point and as a tangent
+        vector at the origin, the momentum in an orthonormal frame and in coordinates (so a
+        linear read-out can recover an observed momentum)."""
+        return torch.cat([state_features(state.z, state.p), state.p], dim=-1)
 
     def consistency_loss(self, predicted: GeodesicState, target: GeodesicState) -> Tensor:
         """d_H(z, z*)^2 + lambda(z*)^2 |P_{z->z*} v - v*|^2 per sample, divided by d: hyperbolic

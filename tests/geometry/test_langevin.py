@@ -161,3 +161,13 @@ def test_substeps_equal_repeated_single_steps(gamma):
         zb, pb = L.baoab_step(zb, pb, force, H, gamma, TEMP, noise=xi)
     torch.testing.assert_close(za, zb, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(pa, pb, rtol=1e-12, atol=1e-12)
+
+
+def test_ou_coefficient_gradients_stay_finite_at_zero_friction():
+    """A learned friction gamma = raw^2 passes through 0; c2 = sqrt((1 - c1^2) T) has an infinite
+    derivative there, which used to turn the friction's gradient into NaN."""
+    raw = torch.tensor([0.0, 1e-8, 0.3], dtype=torch.float64, requires_grad=True)
+    c1, c2 = L.ou_coefficients(raw.square(), 1.0, 1e-3)
+    (g,) = torch.autograd.grad((c1 + c2).sum(), raw)
+    assert torch.isfinite(g).all(), g
+    torch.testing.assert_close(c2[2], torch.sqrt((1 - c1[2] ** 2) * 1e-3))

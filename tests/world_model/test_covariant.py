@@ -594,3 +594,75 @@ def test_finite_values_and_gradients_near_the_boundary(wilson, christoffel):
     params = list(head.parameters())
     grads = torch.autograd.grad(out.sum(), [zq, zk, *params], allow_unused=True)
     assert all(g is None or torch.isfinite(g).all() for g in grads)
+
+
+# --------------------------------------------------------------------------- attention kernels
+
+
+def _transported(head, q, bank):
+    """Q~, K~, V~ at the origin, from the head's own pieces."""
+    prepared = head.prepare(bank)
+    q_t = head._transported_query(q.multi())
+    return q_t, prepared
+
+
+def test_inverse_distance_kernel_is_hida_on_the_positions():
+    """kernel='inverse_distance': weights (d_H(z, z')^2 + eps)^-1 normalised (seed 000 Def 5.1),
+    on transported values; equals ida.inverse_distance_attention on a macro-only bank."""
+    from world_model.attention import ida
+
+    head = make_head(kernel="inverse_distance", ida_eps=0.05)
+    bank = make_bank(mask=False)
+    bank = ContextBank(
+        bank.positions, bank.key_features, bank.value_features, torch.zeros_like(bank.levels)
+    )  # macro: no screening
+    q = make_queries(velocity=False, levels=False)
+    q = CovariantQueries(q.positions, q.features)
+    out, rec = head(q, bank)
+    prepared = head.prepare(bank)
+    ref, w = ida.inverse_distance_attention(
+        q.positions, bank.positions, prepared.values, 0.05, "poincare"
+    )
+    torch.testing.assert_close(rec.weights, w, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(out, head.w_o(ref), rtol=1e-9, atol=1e-12)
+    assert rec.tau is None
+
+
+def test_krr_kernel_is_kernel_ridge_regression_on_the_transported_fields():
+    """kernel='krr': out = K_qk (K_kk + lam I)^-1 V~ (seed 001 §3, SPD form), equal to
+    krr.krr_attention's direct solve; the system is solved once per prepared bank."""
+    from world_model.attention import krr
+
+    head = make_head(kernel="krr", krr_kernel="rbf", krr_lambda=0.3)
+    bank = make_bank(mask=True)
+    q = make_queries(velocity=False, levels=False)
+    q = CovariantQueries(q.positions, q.features)
+    out, rec = head(q, bank)
+    q_t, prepared = _transported(head, q, bank)
+    ref, w, _ = krr.krr_attention(
+        q_t,
+        prepared.keys,
+        prepared.values,
+        head.ridge_lambda(),
+        mask=bank.mask.unsqueeze(-2),
+        kernel="rbf",
+        solver="cholesky",
+        need_weights=True,
+    )
+    torch.testing.assert_close(rec.weights, w, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(out, head.w_o(ref), rtol=1e-8, atol=1e-10)
+    (out.square().sum()).backward()
+    assert torch.isfinite(head.krr_lambda_raw.grad) and head.krr_lambda_raw.grad != 0
+
+
+@pytest.mark.parametrize("kernel", ["inverse_distance", "krr"])
+def test_other_kernels_keep_gauge_invariance_and_finite_gradients(kernel):
+    from world_model.diagnostics import run_diagnostics
+
+    head = make_head(kernel=kernel, wilson="path_ordered", segments=64)
+    bank, q = make_bank(), make_queries()
+    out, rec = head(q, bank)
+    assert torch.isfinite(out).all()
+    reports = {r.node: r for r in run_diagnostics(head, q, bank, rec, emit=False)}
+    assert 68 not in reports  # no temperature to check
+    assert reports[67].value < 1e-3

@@ -178,7 +178,7 @@ def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
     torch.testing.assert_close(one.p, two.p)
     noisy = dyn.next(state, a, stochastic=True)
     assert not torch.equal(noisy.p, one.p)  # the O step samples in training
-    assert dyn.features(state).shape == (64, 12)
+    assert dyn.features(state).shape == (64, 16)
 
 
 def test_cached_kick_force_equals_recomputing_it():
@@ -287,3 +287,19 @@ def test_prototypes_stay_in_the_ball_under_riemannian_adam():
     norms = dyn.prototypes.positions.detach().norm(dim=-1)
     assert (norms < 1.0).all(), norms.max()
     assert isinstance(dyn.prototypes.force_bank(), ContextBank)
+
+
+@pytest.mark.parametrize("attention", ["inverse_distance", "krr"])
+def test_every_attention_kernel_drives_the_model(attention):
+    """--attention: the heads read their banks with covariant softmax, HIDA or KRR (issue 7)."""
+    dyn = small(attention=attention, window=2)
+    state = dyn.encode(torch.randn(8, 6))
+    hist = dyn.encode(torch.randn(16, 6))
+    ctx = dyn.context(state, history=GeodesicState(hist.z.view(8, 2, -1), hist.p.view(8, 2, -1)))
+    with torch.no_grad():
+        for head in dyn.integrator.heads():
+            head.w_o.weight.normal_()
+    out = dyn.next(dyn.next(state, torch.rand(8, 2), ctx, stochastic=True), torch.rand(8, 2), ctx)
+    dyn.features(out).square().sum().backward()
+    assert torch.isfinite(out.z).all() and torch.isfinite(out.p).all()
+    assert all(torch.isfinite(p.grad).all() for p in dyn.parameters() if p.grad is not None)

@@ -42,7 +42,9 @@ from torch import Tensor, nn
 
 from geometry import gauge, poincare, screening, su2
 
+from . import ida, krr
 from .context import MACRO_LEVEL, ContextBank
+from .krr_solver import cholesky_spd_solve
 
 __all__ = [
     "ChristoffelMode",
@@ -64,6 +66,7 @@ __all__ = [
 ]
 
 ChristoffelMode = Literal["full", "factorized", "poincare"]
+AttentionKernel = Literal["softmax", "inverse_distance", "krr"]
 TemperatureMode = Literal["metric", "calibrated", "constant"]
 AreaProxy = Literal["conformal", "geodesic"]
 FieldMap = Callable[[Tensor, Tensor], Tensor]  # (positions [..., d], fields [..., k]) -> [..., k]
@@ -72,6 +75,7 @@ _WILSON_MODES = ("first_order", "exp", "path_ordered")
 _CHRISTOFFEL_MODES = ("full", "factorized", "poincare")
 _TEMPERATURE_MODES = ("metric", "calibrated", "constant")
 _AREA_PROXIES = ("conformal", "geodesic")
+_KERNELS = ("softmax", "inverse_distance", "krr")
 
 
 # =========================================================================== pure functions
@@ -175,6 +179,13 @@ class CovariantAttentionConfig:
     d_velocity_features: int = 0  # F of the velocity features x_v (0: no W_Qv term)
     position_velocity: bool = False  # the optional W_Qzv(z, v) term
     query_velocity: bool = True  # queries carry a velocity v (Gamma(z)[v, v] term of 'poincare')
+    # how the transported fields become weights (all with the (out, weights) call shape):
+    # softmax(<Q~, K~> / tau(z)) (seed 003), inverse distance (d_H(z, z')^2 + eps)^-1 (seed 000
+    # HIDA, on the positions), or kernel ridge regression K_qk (K_kk + lam I)^-1 (seed 001)
+    kernel: AttentionKernel = "softmax"
+    ida_eps: float = 0.01  # eps of the inverse-distance kernel
+    krr_kernel: str = "exp"  # exp, rbf, linear or cosine (seed 001 §1) on Q~, K~
+    krr_lambda: float = 1.0  # initial ridge lam = softplus(raw) + 1e-4
     n_levels: int = 2  # L + 1 hierarchy levels: 0 = macro ... L = texture
     string_tension: tuple[float, ...] = (1.0, 0.01)  # initial sigma(l), l = 0 .. L (Prop 100)
     area: AreaProxy = "conformal"  # conformal: Def 286's lambda(z)^2|z-z'|^2/2; geodesic: d_G^2/2
@@ -203,6 +214,12 @@ class CovariantAttentionConfig:
             raise ValueError(
                 f"CovariantAttentionConfig.christoffel must be one of {_CHRISTOFFEL_MODES}"
             )
+        if self.kernel not in _KERNELS:
+            raise ValueError(f"CovariantAttentionConfig.kernel must be one of {_KERNELS}")
+        if self.krr_kernel not in krr.KERNELS:
+            raise ValueError(f"CovariantAttentionConfig.krr_kernel must be one of {krr.KERNELS}")
+        if not (self.ida_eps > 0 and self.krr_lambda > 1e-4):
+            raise ValueError("CovariantAttentionConfig needs ida_eps > 0 and krr_lambda > 1e-4")
         if self.area not in _AREA_PROXIES:
             raise ValueError(f"CovariantAttentionConfig.area must be one of {_AREA_PROXIES}")
         if not isinstance(self.rank, int) or self.rank < 1:
@@ -325,6 +342,7 @@ class PreparedContext:
     values: Tensor
     lines: Tensor
     charged: bool = True  # any colour-charged (texture) entry: False skips area-law screening
+    ridge_inverse: Tensor | None = None  # kernel "krr": (K_kk + lam I)^-1 [Bc, N, N], once
 
     @property
     def batch_size(self) -> int:
@@ -344,7 +362,7 @@ class AttentionRecord:
     weights: Tensor
     scores: Tensor
     logits: Tensor
-    tau: Tensor
+    tau: Tensor | None  # None for kernels without a temperature (inverse distance, KRR)
     conformal: Tensor
     query_levels: Tensor
     entry_levels: Tensor
@@ -425,6 +443,12 @@ class CovariantAttention(nn.Module):
 
         # area-law screening: sigma(l) = g(l)^2 (Thm 102: sigma proportional to g_s(l)^2)
         self.screening_coupling = nn.Parameter(torch.tensor(cfg.string_tension).sqrt())
+
+        # kernel ridge regression: lam = softplus(raw) + 1e-4 (seed 001 §3)
+        if cfg.kernel == "krr":
+            self.krr_lambda_raw = nn.Parameter(
+                torch.tensor(math.log(math.expm1(cfg.krr_lambda - 1e-4)))
+            )
 
         # chirality: P : R^d -> R^3 and the mixing strength kappa (raw, so 0 is reachable)
         self.value_grad_proj = nn.Linear(d, 3, bias=False)
@@ -589,7 +613,27 @@ class CovariantAttention(nn.Module):
             values=values,
             lines=lines,
             charged=bool((context.levels != MACRO_LEVEL).any()),
+            ridge_inverse=self._ridge_inverse(keys, context.mask) if cfg.kernel == "krr" else None,
         )
+
+    def ridge_lambda(self) -> Tensor:
+        return torch.nn.functional.softplus(self.krr_lambda_raw) + 1e-4
+
+    def _ridge_inverse(self, keys: Tensor, mask: Tensor | None) -> Tensor:
+        """(K_kk + lam I)^-1 over the valid entries (seed 001 §3 with the SPD correction): the
+        system depends on the bank only, so it is solved once per prepared context, directly
+        (Cholesky: benchmarks/krr_pcg.py measures PCG slower than Cholesky below n ~ 4096);
+        masked entries are cut out (zero rows and columns of the inverse)."""
+        cfg = self.config
+        k_kk = krr.kernel_matrix(keys, keys, cfg.krr_kernel)  # [Bc, N, N]
+        eye = torch.eye(keys.shape[-2], dtype=keys.dtype, device=keys.device)
+        if mask is not None:
+            keep = mask.to(keys.dtype)  # [Bc, N]
+            k_kk = k_kk * keep.unsqueeze(-1) * keep.unsqueeze(-2)
+        inv = cholesky_spd_solve(k_kk, eye.expand_as(k_kk), self.ridge_lambda())
+        if mask is not None:
+            inv = inv * keep.unsqueeze(-1) * keep.unsqueeze(-2)
+        return inv
 
     def _transported_query(
         self,
@@ -672,15 +716,27 @@ class CovariantAttention(nn.Module):
             query_lines = query_lines.unsqueeze(1)
         q_t = self._transported_query(q, lines=query_lines)  # [B, Q, d_k]
         scores = q_t @ prepared.keys.transpose(-1, -2)  # [B, Q, N]
-        tau = self.temperature(z)  # [B, Q]
-        logits = scores / tau.unsqueeze(-1)  # [B, Q, N]
-        screened = logits  # macro entries only: exempt from screening (Def 286), nothing to do
-        if prepared.charged:
-            screened = logits - self.screening_penalty(
-                z, prepared.positions, levels, prepared.levels
-            )
         mask = None if prepared.mask is None else prepared.mask.unsqueeze(-2)  # [Bc, 1, N]
-        weights = masked_softmax(screened, mask)  # [B, Q, N]
+        tau = None
+        if cfg.kernel == "krr":  # weights K_qk (K_kk + lam I)^-1: not a distribution, no screening
+            k_qk = krr.kernel_matrix(q_t, prepared.keys, cfg.krr_kernel)  # [B, Q, N]
+            if mask is not None:
+                k_qk = k_qk * mask
+            logits = scores
+            weights = k_qk @ prepared.ridge_inverse  # [B, Q, N]
+        else:
+            if cfg.kernel == "softmax":  # Thm 99: softmax(s / tau(z))
+                tau = self.temperature(z)  # [B, Q]
+                logits = scores / tau.unsqueeze(-1)  # [B, Q, N]
+            else:  # seed 000 HIDA: weights (d_H(z, z')^2 + eps)^-1, normalised
+                sqdist = ida.squared_distance_matrix(z, prepared.positions, "poincare")
+                logits = -torch.log(sqdist + cfg.ida_eps)  # [B, Q, N]
+            screened = logits  # macro entries only: exempt from screening (Def 286)
+            if prepared.charged:
+                screened = logits - self.screening_penalty(
+                    z, prepared.positions, levels, prepared.levels
+                )
+            weights = masked_softmax(screened, mask)  # [B, Q, N]
         out = weights @ prepared.values  # [B, Q, d_k], at the origin frame
 
         projectors = degenerate = None
