@@ -1,0 +1,373 @@
+"""The agent: a world model, its optimisers, the planner and the replay buffer, behind a
+stable-baselines3-style surface (`learn`, `predict`, `save`, `load`), so that
+`stable_baselines3.common.evaluation.evaluate_policy(agent, env)` runs on it.
+
+    agent = Agent("Pendulum-v1")                 # or Agent(env, RunConfig(...))
+    agent.learn(5_000)                           # the training loop of agent.loop.Trainer
+    action, _ = agent.predict(obs, deterministic=True)
+    agent.save("pendulum.pt"); agent = Agent.load("pendulum.pt")
+
+`state_dict()` holds everything a resumed run needs from the agent (model with its target
+copies and buffers, optimisers, running scale, planner warm start, the acting generator, replay
+buffer, counters); the trainer adds the env's and the global generators.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import geoopt
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from agent.buffer import ReplayBuffer
+from agent.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    seed_everything,
+)
+from agent.config import ConfigError, RunConfig
+from agent.planner import Planner
+from envs import env_info, make_env
+from world_model.model import Transition, WorldModel
+from world_model.registry import build_dynamics
+from world_model.training import (
+    RunningScale,
+    discount_for_episode_length,
+    policy_loss,
+    world_model_loss,
+)
+
+__all__ = ["Agent", "resolve_device", "make_run_env"]
+
+
+def make_run_env(config: RunConfig, seed: int | None, render_mode: str | None = None) -> gym.Env:
+    """The run's env: envs.make_env with the run's id and episode limit."""
+    tc = config.train
+    return make_env(
+        tc.env_id, seed=seed, render_mode=render_mode, max_episode_steps=tc.max_episode_steps
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda if available else cpu; 'cuda' without CUDA is a clear error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            why = (
+                "this torch build has no CUDA support"
+                if torch.version.cuda is None
+                else "no CUDA device is visible"
+            )
+            raise ConfigError(
+                f"--device {name} requested but CUDA is not available ({why}); use --device cpu"
+            )
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"--device {name}: only {torch.cuda.device_count()} CUDA devices")
+    elif name != "cpu":
+        raise ConfigError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N")
+    return torch.device(name)
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
+
+
+class Agent:
+    """TD-MPC2-style model-based agent over any registered latent dynamics."""
+
+    def __init__(
+        self,
+        env: gym.Env | str | None = None,
+        config: RunConfig | None = None,
+        *,
+        device: str | None = None,
+    ):
+        config = config or RunConfig()
+        if isinstance(env, str):
+            if env != config.train.env_id:
+                config = RunConfig.from_dict({"train": {"env_id": env}}, base=config)
+            env = None
+        elif env is not None and env.spec is not None and env.spec.id != config.train.env_id:
+            config = RunConfig.from_dict({"train": {"env_id": env.spec.id}}, base=config)
+        if env is None:
+            env = make_run_env(config, seed=config.train.seed)
+        self.config = config
+        self.env = env
+        _check_spaces(env)
+        info = env_info(env)
+        self.obs_dim, self.action_dim = info.obs_dim, info.action_dim
+        self.max_episode_steps = info.max_episode_steps
+        tc, ac = config.train, config.agent
+        if tc.single_thread:
+            torch.set_num_threads(1)
+        self.device = resolve_device(device or tc.device)
+        if ac.discount is not None:
+            self.discount = ac.discount
+        elif self.max_episode_steps:
+            self.discount = discount_for_episode_length(self.max_episode_steps)
+        else:
+            self.discount = 0.99
+
+        seed_everything(tc.seed)
+        dynamics = build_dynamics(tc.world_model, self.obs_dim, self.action_dim, config.dynamics)
+        self.model = WorldModel(self.obs_dim, self.action_dim, dynamics, config.model)
+        self.model.to(self.device)
+        groups = self.model.model_parameter_groups()
+        param_groups = [{"params": groups["dynamics"] + groups["heads"], "lr": ac.lr}]
+        if groups["encoder"]:
+            param_groups.append({"params": groups["encoder"], "lr": ac.lr * ac.encoder_lr_scale})
+        # RiemannianAdam is Adam on ordinary parameters; ManifoldParameters stay on their manifold
+        self.optim = geoopt.optim.RiemannianAdam(param_groups, lr=ac.lr)
+        self.pi_optim = torch.optim.Adam(self.model.policy_parameters(), lr=ac.lr, eps=1e-5)
+        self.scale = RunningScale(ac.scale_tau).to(self.device)
+        self.planner = Planner(config.planner, self.action_dim, self.discount)
+        self.generator = torch.Generator(device=self.device).manual_seed(tc.seed)
+        self.buffer = ReplayBuffer(self.obs_dim, self.action_dim, tc.buffer_capacity, seed=tc.seed)
+        self.num_timesteps = 0
+        self.num_updates = 0
+        self._update_debt = 0.0
+        self._predict_planners: list[Planner] = []
+        self._trainer = None
+        self.timing = {"plan_s": 0.0, "plans": 0, "update_s": 0.0, "updates": 0}
+
+    # ------------------------------------------------------------------ acting
+    def _obs_tensor(self, obs: Any) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)
+
+    def act(
+        self,
+        obs: Any,
+        *,
+        explore: bool,
+        planner: Planner | None = None,
+        generator: torch.Generator | None = None,
+    ) -> np.ndarray:
+        """Plan from one observation [O]; returns the action [A] in [-1, 1]."""
+        start = time.perf_counter()
+        with _eval_mode(self.model):
+            action = (planner or self.planner).plan(
+                self.model,
+                self._obs_tensor(obs),
+                explore=explore,
+                generator=generator or self.generator,
+            )
+        self.timing["plan_s"] += time.perf_counter() - start
+        self.timing["plans"] += 1
+        return action.cpu().numpy()
+
+    def random_action(self) -> np.ndarray:
+        """Uniform in [-1, 1]^A from the agent's own generator (seed phase)."""
+        u = torch.rand(self.action_dim, generator=self.generator, device=self.device)
+        return (2 * u - 1).cpu().numpy()
+
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, None]:
+        """SB3's predict: observation [O] or [N, O] -> (action [A] or [N, A], None).
+
+        Each of the N environments keeps its own warm start, reset where episode_start is
+        True; deterministic=False adds the planner's exploration noise."""
+        obs = np.asarray(observation, dtype=np.float32)
+        single = obs.ndim == 1
+        obs = obs.reshape(1, -1) if single else obs
+        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+            raise ValueError(
+                f"predict: expected observations of size {self.obs_dim}, got shape "
+                f"{np.shape(observation)}"
+            )
+        n = obs.shape[0]
+        if len(self._predict_planners) != n:
+            self._predict_planners = [
+                Planner(self.config.planner, self.action_dim, self.discount) for _ in range(n)
+            ]
+        starts = np.zeros(n, bool) if episode_start is None else np.asarray(episode_start, bool)
+        actions = np.empty((n, self.action_dim), dtype=np.float32)
+        for i in range(n):
+            if starts.reshape(-1)[i]:
+                self._predict_planners[i].reset()
+            actions[i] = self.act(
+                obs[i], explore=not deterministic, planner=self._predict_planners[i]
+            )
+        return (actions[0] if single else actions), None
+
+    # ------------------------------------------------------------------ learning
+    def observe(
+        self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool
+    ) -> None:
+        """Store a transition and pass it to the dynamics' hook."""
+        self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
+        self.num_timesteps += 1
+        self.model.dynamics.on_transition(
+            Transition(
+                obs=self._obs_tensor(obs).reshape(1, -1),
+                action=self._obs_tensor(action).reshape(1, -1),
+                reward=torch.tensor([[float(reward)]], device=self.device),
+                next_obs=self._obs_tensor(next_obs).reshape(1, -1),
+                terminated=bool(terminated),
+                truncated=bool(truncated),
+            )
+        )
+
+    def updates_due(self) -> int:
+        """Updates owed after the latest env step (none during the seed steps)."""
+        seed_steps = self.config.train.seed_steps
+        if self.num_timesteps < seed_steps:
+            return 0
+        if self.num_timesteps == seed_steps:  # TD-MPC2: catch up on the seed data at once
+            extra = self.config.agent.pretrain_updates
+            self._update_debt += seed_steps if extra is None else extra
+        self._update_debt += self.config.agent.updates_per_step
+        n = int(self._update_debt)
+        self._update_debt -= n
+        return n
+
+    def update(self) -> dict[str, torch.Tensor]:
+        """One gradient step of the world model, then of the policy prior; EMA targets."""
+        start = time.perf_counter()
+        ac, lc = self.config.agent, self.config.loss
+        batch = self.buffer.sample(ac.batch_size, lc.horizon).to(self.device)
+        self.model.train()
+        loss, metrics, states = world_model_loss(self.model, batch, self.discount, lc)
+        self.optim.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for g in self.optim.param_groups for p in g["params"]]
+        metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, ac.grad_clip)
+        self.optim.step()
+
+        pi_loss, pi_metrics = policy_loss(self.model, states.detach(), self.scale, lc)
+        self.pi_optim.zero_grad(set_to_none=True)
+        pi_loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.policy_parameters(), ac.grad_clip)
+        self.pi_optim.step()
+        self.model.update_targets(ac.q_tau, ac.encoder_tau)
+        self.num_updates += 1
+        self.timing["update_s"] += time.perf_counter() - start
+        self.timing["updates"] += 1
+        return {**metrics, **pi_metrics}
+
+    def learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        progress_bar: bool = False,
+        log_dir: str | Path | None = None,
+    ) -> Agent:
+        """Train for `total_timesteps` more env steps (SB3's learn; `callback`, if given, is
+        called as callback(trainer) after every env step and stops training when it returns
+        False)."""
+        from agent.loop import Trainer
+
+        if self._trainer is None:
+            self._trainer = Trainer(self, run_dir=log_dir, progress=progress_bar)
+        self._trainer.run(self.num_timesteps + int(total_timesteps), callback=callback)
+        return self
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self, include_buffer: bool = True) -> dict[str, Any]:
+        state = {
+            "model": self.model.state_dict(),
+            "optim": self.optim.state_dict(),
+            "pi_optim": self.pi_optim.state_dict(),
+            "scale": self.scale.state_dict(),
+            "planner": self.planner.state_dict(),
+            "generator": self.generator.get_state(),
+            "counters": {
+                "num_timesteps": self.num_timesteps,
+                "num_updates": self.num_updates,
+                "update_debt": self._update_debt,
+            },
+        }
+        if include_buffer:
+            state["buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optim.load_state_dict(state["optim"])
+        # torch's Optimizer.load_state_dict turns every "step" into a float32 tensor; geoopt keeps
+        # a Python int and computes beta ** step with it, so a tensor step changes the bias
+        # correction in the last bits (measured: resumed runs drifted from uninterrupted ones)
+        for param_state in self.optim.state.values():
+            if torch.is_tensor(param_state.get("step")):
+                param_state["step"] = int(param_state["step"].item())
+        self.pi_optim.load_state_dict(state["pi_optim"])
+        self.scale.load_state_dict(state["scale"])
+        self.planner.load_state_dict(state["planner"])
+        self.generator.set_state(state["generator"])
+        counters = state["counters"]
+        self.num_timesteps = counters["num_timesteps"]
+        self.num_updates = counters["num_updates"]
+        self._update_debt = counters["update_debt"]
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])
+
+    def save(self, path: str | Path, include_buffer: bool = False) -> Path:
+        """Write config and agent state (atomically); `Agent.load(path)` restores it."""
+        return save_checkpoint(
+            {"config": self.config.to_dict(), "agent": self.state_dict(include_buffer)}, path
+        )
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        env: gym.Env | None = None,
+        device: str | None = None,
+        **overrides: Any,
+    ) -> Agent:
+        """Rebuild an agent from `save` (or from a run's checkpoint.pt). `overrides` are config
+        sections to change, e.g. train={"steps": 20_000}."""
+        state = load_checkpoint(path, required=("config", "agent"))
+        try:
+            config = RunConfig.from_dict(state["config"])
+            if overrides:
+                config = RunConfig.from_dict(overrides, base=config)
+        except ConfigError as err:
+            raise CheckpointError(f"checkpoint {str(path)!r}: invalid config: {err}") from None
+        if env is None:
+            env = make_run_env(config, seed=None)
+        agent = cls(env, config, device=device)
+        try:
+            agent.load_state_dict(state["agent"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as err:
+            detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} does not match this agent ({detail[:160]})"
+            ) from None
+        return agent
+
+
+def _check_spaces(env: gym.Env) -> None:
+    if not isinstance(env.action_space, spaces.Box) or len(env.action_space.shape) != 1:
+        raise ConfigError(
+            f"the agent needs a 1-D continuous (Box) action space, got {env.action_space}"
+        )
+    if not isinstance(env.observation_space, spaces.Box) or len(env.observation_space.shape) != 1:
+        raise ConfigError(
+            f"the agent needs a 1-D Box observation space, got {env.observation_space}"
+        )
+    low, high = env.action_space.low, env.action_space.high
+    if not (np.allclose(low, -1) and np.allclose(high, 1)):
+        raise ConfigError(
+            "the agent acts in [-1, 1]: wrap the env with RescaleAction (envs.make_env does)"
+        )

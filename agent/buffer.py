@@ -1,0 +1,146 @@
+"""Replay buffer of transitions that samples sub-trajectories for multi-step world-model losses.
+
+Transitions are stored in insertion order in a ring of `capacity` slots. A sub-trajectory of H
+steps starting at slot i is valid when its H slots are consecutive in time (no wrap past the
+oldest slot) and no episode ends (terminated or truncated) before its last step; the last step
+may end an episode, and its `next_obs` is then the true final observation, so TD targets
+bootstrap through truncations and stop at terminations.
+
+The buffer's random generator is its own (numpy PCG64), saved in `state_dict` with the data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from world_model.training import SequenceBatch
+
+__all__ = ["ReplayBuffer"]
+
+
+class ReplayBuffer:
+    _FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated")
+
+    def __init__(self, obs_dim: int, action_dim: int, capacity: int, seed: int = 0):
+        if capacity < 1:
+            raise ValueError(f"ReplayBuffer capacity must be >= 1, got {capacity}")
+        self.obs_dim, self.action_dim, self.capacity = obs_dim, action_dim, capacity
+        self._allocated = 0  # storage grows by doubling up to capacity
+        widths = {
+            "obs": obs_dim,
+            "next_obs": obs_dim,
+            "action": action_dim,
+            "reward": 1,
+            "terminated": 1,
+            "truncated": 1,
+        }
+        for name in self._FIELDS:
+            setattr(self, name, torch.zeros(0, widths[name]))
+        self._done = np.zeros(0, dtype=bool)  # terminated or truncated
+        self.ptr = 0  # next slot to write
+        self.size = 0
+        self.rng = np.random.default_rng(seed)
+
+    def _reserve(self, n: int) -> None:
+        """Make sure slots [0, n) exist (n <= capacity)."""
+        if n <= self._allocated:
+            return
+        new = min(self.capacity, max(n, 2 * self._allocated, 1024))
+        for name in self._FIELDS:
+            old = getattr(self, name)
+            grown = torch.zeros(new, old.shape[1])
+            grown[: old.shape[0]] = old
+            setattr(self, name, grown)
+        done = np.zeros(new, dtype=bool)
+        done[: self._done.shape[0]] = self._done
+        self._done = done
+        self._allocated = new
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> None:
+        i = self.ptr
+        self._reserve(i + 1)
+        self.obs[i] = torch.as_tensor(obs, dtype=torch.float32)
+        self.next_obs[i] = torch.as_tensor(next_obs, dtype=torch.float32)
+        self.action[i] = torch.as_tensor(action, dtype=torch.float32)
+        self.reward[i] = float(reward)
+        self.terminated[i] = float(terminated)
+        self.truncated[i] = float(truncated)
+        self._done[i] = bool(terminated or truncated)
+        self.ptr = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def mark_truncated(self) -> None:
+        """Close the episode in progress at the last stored transition (a run stopped in the
+        middle of an episode: its next_obs is real, so it bootstraps like any truncation)."""
+        if self.size == 0:
+            return
+        i = (self.ptr - 1) % self.capacity
+        if not self._done[i]:
+            self.truncated[i] = 1.0
+            self._done[i] = True
+
+    def sample(self, batch_size: int, horizon: int) -> SequenceBatch:
+        """B random valid sub-trajectories of `horizon` steps (see the module docstring)."""
+        n_starts = self.size - horizon + 1
+        if n_starts < 1:
+            raise ValueError(
+                f"ReplayBuffer holds {self.size} transitions; sampling needs at least {horizon}"
+            )
+        oldest = self.ptr if self.size == self.capacity else 0
+        offsets = np.arange(horizon)
+        chosen: list[np.ndarray] = []
+        have, tries = 0, 0
+        while have < batch_size:
+            starts = self.rng.integers(0, n_starts, size=2 * batch_size)  # logical positions
+            idx = (oldest + starts[:, None] + offsets) % self.capacity  # [2B, H]
+            ok = ~self._done[idx[:, :-1]].any(axis=1)
+            chosen.append(idx[ok])
+            have += int(ok.sum())
+            tries += 1
+            if tries > 100 and have == 0:
+                raise ValueError(
+                    f"ReplayBuffer: no sub-trajectory of {horizon} steps fits inside an episode"
+                )
+        idx = torch.from_numpy(np.concatenate(chosen)[:batch_size].T.copy())  # [H, B]
+        obs = torch.cat([self.obs[idx[:1]], self.next_obs[idx]], dim=0)  # [H+1, B, O]
+        return SequenceBatch(
+            obs=obs,
+            action=self.action[idx],  # [H, B, A]
+            reward=self.reward[idx],  # [H, B, 1]
+            terminated=self.terminated[idx],
+            truncated=self.truncated[idx],
+        )
+
+    # -- checkpointing: tensors and plain Python values only (loads with weights_only=True)
+    def state_dict(self) -> dict:
+        n = self.size
+        return {
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
+            "capacity": self.capacity,
+            "ptr": self.ptr,
+            "size": n,
+            **{name: getattr(self, name)[:n].clone() for name in self._FIELDS},
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for key in ("obs_dim", "action_dim", "capacity"):
+            if state[key] != getattr(self, key):
+                raise ValueError(
+                    f"ReplayBuffer: checkpoint has {key}={state[key]}, this buffer "
+                    f"{getattr(self, key)}"
+                )
+        n = state["size"]
+        self.ptr, self.size = state["ptr"], n
+        self._reserve(n)
+        self._done[:] = False
+        for name in self._FIELDS:
+            getattr(self, name)[:n] = state[name][:n]
+        self._done[:n] = ((self.terminated[:n] + self.truncated[:n]) > 0).squeeze(-1).numpy()
+        self.rng = np.random.default_rng()
+        self.rng.bit_generator.state = state["rng"]

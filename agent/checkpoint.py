@@ -1,0 +1,135 @@
+"""Atomic, self-describing checkpoints and the random-generator states they carry.
+
+A checkpoint is one `torch.save`d dict of tensors and plain Python values (loads with
+`weights_only=True`, so loading never runs code). It is written to a temporary file in the same
+folder, flushed to disk and moved over the old one with `os.replace`, so a crash or Ctrl-C during
+the write leaves the previous checkpoint intact. Any unreadable or incomplete file raises
+`CheckpointError` with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+__all__ = [
+    "FORMAT",
+    "CheckpointError",
+    "save_checkpoint",
+    "load_checkpoint",
+    "global_rng_state",
+    "set_global_rng_state",
+    "env_rng_state",
+    "set_env_rng_state",
+    "seed_everything",
+]
+
+FORMAT = "geodesic-rl/agent-checkpoint/v1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, unreadable, corrupt or of another format (one line)."""
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
+    """Write `state` (with the format tag added) atomically to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save({"format": FORMAT, **state}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(path: str | Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read a checkpoint written by `save_checkpoint` (tensors on CPU)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {str(path)!r}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for a damaged zip/pickle
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt or unreadable ({type(err).__name__}: "
+            f"{detail[:160]})"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{str(path)!r} is not a geodesic-rl agent checkpoint ({FORMAT})")
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {str(path)!r} is incomplete: no {', '.join(missing)}")
+    return state
+
+
+# ----------------------------------------------------------------------- random generators
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's legacy and torch's global generators (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (the legacy global generator is seeded too)
+    torch.manual_seed(seed)
+
+
+def global_rng_state() -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": _legacy_numpy_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _legacy_numpy_state() -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002
+    return {
+        "name": name,
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
+
+
+def set_global_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    legacy = (
+        n["name"],
+        n["keys"].numpy().astype(np.uint32),
+        n["pos"],
+        n["has_gauss"],
+        n["cached_gaussian"],
+    )
+    np.random.set_state(legacy)  # noqa: NPY002
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def env_rng_state(env: gym.Env) -> dict[str, Any]:
+    """The state of the env's own generator (`env.unwrapped.np_random`)."""
+    return env.unwrapped.np_random.bit_generator.state
+
+
+def set_env_rng_state(env: gym.Env, state: dict[str, Any]) -> None:
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    env.unwrapped.np_random = np.random.Generator(bit_generator)

@@ -1,0 +1,377 @@
+"""The training loop: env interaction, updates, evaluation, TensorBoard, checkpoints, resume.
+
+Checkpoints are written at episode ends (every `checkpoint_every` steps, and at the end of a
+run), where the env's whole state is its generator, so a resumed run continues bit for bit like
+an uninterrupted one. A stop in the middle of an episode (Ctrl-C) closes that episode as
+truncated in the replay buffer and the resumed run starts a new episode from the saved env
+generator: a valid continuation, not a bitwise-identical one.
+
+TensorBoard tags: charts/ (episodes), losses/ (world model and policy), planner/, eval/,
+perf/, diagnostics/ (the dynamics' own); global step = env steps. A resumed writer purges
+events logged after the checkpoint (purge_step) so the curves continue without a fold.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from agent.agent import Agent, make_run_env
+from agent.checkpoint import (
+    env_rng_state,
+    global_rng_state,
+    load_checkpoint,
+    save_checkpoint,
+    set_env_rng_state,
+    set_global_rng_state,
+)
+from agent.evaluate import run_episodes
+
+__all__ = ["Trainer", "CHECKPOINT_NAME"]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class Trainer:
+    """Runs an Agent in its env. `run(until_step)` returns 'done', 'stopped' (callback) or
+    'interrupted' (SIGINT); in every case a run folder holds a fresh checkpoint afterwards."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        run_dir: str | Path | None = None,
+        *,
+        progress: bool = False,
+        purge_step: int | None = None,
+    ):
+        self.agent = agent
+        self.cfg = agent.config.train
+        self.env = agent.env
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.writer = (
+            SummaryWriter(str(self.run_dir), purge_step=purge_step)
+            if self.run_dir is not None
+            else None
+        )
+        self.progress = progress
+        self.eval_env = None
+        # loop state (saved in checkpoints)
+        self.needs_reset = True
+        self.obs: np.ndarray | None = None
+        self.episode = 0
+        self.episode_return = 0.0
+        self.episode_length = 0
+        self.last_return = math.nan
+        self.last_eval: tuple[float, float] | None = None
+        self.last_eval_step: int | None = None
+        self.next_eval = self.cfg.eval_every if self.cfg.eval_every > 0 else None
+        self.last_checkpoint = agent.num_timesteps
+        self.next_diagnostics = agent.num_updates + self.cfg.diagnostics_every
+        self._interrupted = False
+        self._window = _Window(agent)
+        self._metric_sums: dict[str, torch.Tensor] = {}
+        self._metric_count = 0
+
+    # ------------------------------------------------------------------ main loop
+    def run(
+        self,
+        until_step: int,
+        *,
+        callback: Callable[[Trainer], bool] | None = None,
+        stop_at_episode_end_after: int | None = None,
+    ) -> str:
+        """Train until `until_step` env steps. `stop_at_episode_end_after` (tests, benchmarks)
+        stops at the first episode end at or after that step, as an interruption would but
+        exactly at a checkpointable boundary."""
+        agent, cfg = self.agent, self.cfg
+        status = "done"
+        previous_handler = signal.getsignal(signal.SIGINT)
+        installed = _install_sigint(self._on_sigint)
+        bar = tqdm(
+            total=until_step,
+            initial=agent.num_timesteps,
+            unit="step",
+            dynamic_ncols=True,
+            disable=(not self.progress) or None,
+            smoothing=0.05,
+        )
+        try:
+            while agent.num_timesteps < until_step:
+                if self.needs_reset:
+                    self.obs, _ = self.env.reset()
+                    agent.planner.reset()
+                    self.needs_reset = False
+                    self.episode_return, self.episode_length = 0.0, 0
+                if agent.num_timesteps < cfg.seed_steps:
+                    action = agent.random_action()
+                else:
+                    action = agent.act(self.obs, explore=True)
+                next_obs, reward, terminated, truncated, _ = self.env.step(action)
+                agent.observe(self.obs, action, reward, next_obs, terminated, truncated)
+                self.obs = next_obs
+                self.episode_return += float(reward)
+                self.episode_length += 1
+                for _ in range(agent.updates_due()):
+                    self._accumulate(agent.update())
+                    if agent.num_updates >= self.next_diagnostics:
+                        self.log_diagnostics()
+                        self.next_diagnostics += cfg.diagnostics_every
+                step = agent.num_timesteps
+                bar.update(1)
+                episode_end = bool(terminated or truncated)
+                if episode_end:
+                    self._end_episode(bar)
+                if step % cfg.log_every == 0:
+                    self._log_window(step)
+                if self.next_eval is not None and step >= self.next_eval:
+                    self.evaluate_and_log()
+                    self.next_eval += cfg.eval_every
+                if (
+                    episode_end
+                    and self.run_dir is not None
+                    and step - self.last_checkpoint >= cfg.checkpoint_every
+                ):
+                    self.save()
+                if callback is not None and callback(self) is False:
+                    status = "stopped"
+                    break
+                if (
+                    episode_end
+                    and stop_at_episode_end_after is not None
+                    and step >= stop_at_episode_end_after
+                ):
+                    status = "stopped"
+                    break
+                if self._interrupted:
+                    status = "interrupted"
+                    break
+            if (
+                status == "done"
+                and self.run_dir is not None
+                and self.last_eval_step != agent.num_timesteps
+            ):
+                self.evaluate_and_log()  # a run folder always ends with an evaluation
+        finally:
+            bar.close()
+            if installed:
+                signal.signal(signal.SIGINT, previous_handler)
+        if self.run_dir is not None:
+            if not self.needs_reset:  # mid-episode: close the episode as a truncation
+                agent.buffer.mark_truncated()
+                self.needs_reset = True
+            self.save()
+        self.log_diagnostics()  # once at the end of every run, however short
+        if self.writer is not None:
+            self.writer.flush()
+        return status
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._interrupted:  # a second Ctrl-C: stop now, the last checkpoint stays valid
+            raise KeyboardInterrupt
+        self._interrupted = True
+
+    def _end_episode(self, bar) -> None:
+        self.episode += 1
+        self.last_return = self.episode_return
+        self.needs_reset = True
+        step = self.agent.num_timesteps
+        if self.writer is not None:
+            self.writer.add_scalar("charts/episodic_return", self.episode_return, step)
+            self.writer.add_scalar("charts/episodic_length", self.episode_length, step)
+            self.writer.add_scalar("charts/episodes", self.episode, step)
+        postfix = {"return": f"{self.last_return:.1f}"}
+        if self.last_eval is not None:
+            postfix["eval"] = f"{self.last_eval[0]:.1f}"
+        bar.set_postfix(postfix, refresh=False)
+
+    # ------------------------------------------------------------------ logging
+    def _accumulate(self, metrics: dict[str, torch.Tensor]) -> None:
+        for key, value in metrics.items():
+            value = value.detach().float()
+            self._metric_sums[key] = self._metric_sums.get(key, 0.0) + value
+        self._metric_count += 1
+
+    def _log_window(self, step: int) -> None:
+        if self.writer is None:
+            self._metric_sums, self._metric_count = {}, 0
+            return
+        w = self.writer
+        if self._metric_count:
+            for key, total in self._metric_sums.items():
+                w.add_scalar(f"losses/{key}", float(total) / self._metric_count, step)
+        self._metric_sums, self._metric_count = {}, 0
+        for key, value in self.agent.planner.last_info.items():
+            w.add_scalar(f"planner/{key}", value, step)
+        for key, value in self._window.read().items():
+            w.add_scalar(f"perf/{key}", value, step)
+
+    def log_diagnostics(self) -> None:
+        """The dynamics' diagnostics on a batch drawn with a generator of its own."""
+        agent = self.agent
+        horizon = agent.config.loss.horizon
+        batch = None
+        if agent.buffer.size >= horizon:
+            saved = agent.buffer.rng
+            agent.buffer.rng = np.random.default_rng(self.cfg.seed + 4)
+            try:
+                batch = agent.buffer.sample(agent.config.agent.batch_size, horizon)
+                batch = batch.to(agent.device)
+            except ValueError:
+                batch = None
+            finally:
+                agent.buffer.rng = saved
+        scalars, histograms = agent.model.dynamics.diagnostics(batch)
+        if self.writer is not None:
+            step = agent.num_timesteps
+            for key, value in scalars.items():
+                self.writer.add_scalar(f"diagnostics/{key}", float(value), step)
+            for key, value in histograms.items():
+                self.writer.add_histogram(f"diagnostics/{key}", value, step)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, episodes: int | None = None) -> np.ndarray:
+        """Returns of `episodes` deterministic episodes on a separate env, reset with the fixed
+        seeds eval_seed + k, planned with a fresh planner and generator: evaluation never
+        touches the training run's random streams."""
+        if self.eval_env is None:
+            self.eval_env = make_run_env(self.agent.config, seed=None)
+        return run_episodes(
+            self.agent, self.eval_env, episodes or self.cfg.eval_episodes, self.cfg.eval_seed
+        )
+
+    def evaluate_and_log(self) -> tuple[float, float]:
+        start = time.perf_counter()
+        plans_before = self.agent.timing["plans"]
+        plan_s_before = self.agent.timing["plan_s"]
+        returns = self.evaluate()
+        self.last_eval = (float(returns.mean()), float(returns.std()))
+        self.last_eval_step = self.agent.num_timesteps
+        if self.writer is not None:
+            step = self.agent.num_timesteps
+            self.writer.add_scalar("eval/mean_return", self.last_eval[0], step)
+            self.writer.add_scalar("eval/std_return", self.last_eval[1], step)
+            self.writer.add_scalar("eval/seconds", time.perf_counter() - start, step)
+        # evaluation's planning time is not training's
+        self.agent.timing["plans"] = plans_before
+        self.agent.timing["plan_s"] = plan_s_before
+        self._window.skip()
+        return self.last_eval
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.agent.config.to_dict(),
+            "agent": self.agent.state_dict(include_buffer=True),
+            "loop": {
+                "needs_reset": self.needs_reset,
+                "episode": self.episode,
+                "last_return": self.last_return,
+                "last_eval": self.last_eval,
+                "last_eval_step": self.last_eval_step,
+                "next_eval": self.next_eval,
+                "next_diagnostics": self.next_diagnostics,
+            },
+            "rng": {"global": global_rng_state(), "env": env_rng_state(self.env)},
+        }
+
+    def save(self) -> Path:
+        if self.run_dir is None:
+            raise ValueError("this trainer has no run folder to save into")
+        if not self.needs_reset:
+            raise RuntimeError("checkpoints are taken at episode ends")  # internal invariant
+        path = save_checkpoint(self.state_dict(), self.run_dir / CHECKPOINT_NAME)
+        self.last_checkpoint = self.agent.num_timesteps
+        return path
+
+    @classmethod
+    def resume(
+        cls,
+        run_dir: str | Path,
+        *,
+        device: str | None = None,
+        progress: bool = False,
+        overrides: dict[str, Any] | None = None,
+    ) -> Trainer:
+        """Rebuild agent, env and loop state from run_dir/checkpoint.pt; the TensorBoard writer
+        purges whatever was logged after the checkpoint."""
+        run_dir = Path(run_dir)
+        state = load_checkpoint(
+            run_dir / CHECKPOINT_NAME, required=("config", "agent", "loop", "rng")
+        )
+        agent = Agent.load(run_dir / CHECKPOINT_NAME, device=device, **(overrides or {}))
+        step = agent.num_timesteps
+        trainer = cls(agent, run_dir, progress=progress, purge_step=step + 1)
+        loop = state["loop"]
+        trainer.needs_reset = True
+        trainer.episode = loop["episode"]
+        trainer.last_return = loop["last_return"]
+        trainer.last_eval = tuple(loop["last_eval"]) if loop["last_eval"] else None
+        trainer.last_eval_step = loop["last_eval_step"]
+        trainer.next_eval = loop["next_eval"]
+        if trainer.next_eval is None and agent.config.train.eval_every > 0:
+            trainer.next_eval = (
+                step // agent.config.train.eval_every + 1
+            ) * agent.config.train.eval_every
+        trainer.next_diagnostics = loop["next_diagnostics"]
+        trainer.last_checkpoint = step
+        set_env_rng_state(trainer.env, state["rng"]["env"])
+        set_global_rng_state(state["rng"]["global"])
+        agent._trainer = trainer
+        return trainer
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        for env in (self.eval_env,):
+            if env is not None:
+                env.close()
+
+
+class _Window:
+    """Throughput since the last read: env steps/s, updates/s, ms per plan and per update."""
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+        self.skip()
+
+    def skip(self) -> None:
+        t = self.agent.timing
+        self._time = time.perf_counter()
+        self._steps = self.agent.num_timesteps
+        self._plans, self._plan_s = t["plans"], t["plan_s"]
+        self._updates, self._update_s = t["updates"], t["update_s"]
+
+    def read(self) -> dict[str, float]:
+        t = self.agent.timing
+        elapsed = max(time.perf_counter() - self._time, 1e-9)
+        out = {
+            "steps_per_second": (self.agent.num_timesteps - self._steps) / elapsed,
+            "updates_per_second": (t["updates"] - self._updates) / elapsed,
+        }
+        if t["plans"] > self._plans:
+            ms = 1e3 * (t["plan_s"] - self._plan_s) / (t["plans"] - self._plans)
+            out["plan_ms"] = ms
+            out["plan_hz"] = 1e3 / ms
+        if t["updates"] > self._updates:
+            out["update_ms"] = (
+                1e3 * (t["update_s"] - self._update_s) / (t["updates"] - self._updates)
+            )
+        self.skip()
+        return out
+
+
+def _install_sigint(handler) -> bool:
+    try:
+        signal.signal(signal.SIGINT, handler)
+        return True
+    except ValueError:  # not the main thread: no signal handling
+        return False

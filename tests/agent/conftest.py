@@ -1,0 +1,57 @@
+"""Tiny configurations for the agent tests: every component real, sizes cut to seconds."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+# RunConfig overrides by section: 50-step Pendulum episodes, 16-wide networks, 32 MPPI samples.
+TINY = {
+    "train": {
+        "max_episode_steps": 50,
+        "seed_steps": 60,
+        "eval_every": 0,
+        "eval_episodes": 1,
+        "checkpoint_every": 100,
+        "log_every": 50,
+        "diagnostics_every": 40,
+        "progress": False,
+        "device": "cpu",
+    },
+    "agent": {"batch_size": 16, "pretrain_updates": 0},
+    "loss": {"horizon": 2},
+    "planner": {
+        "horizon": 2,
+        "iterations": 2,
+        "num_samples": 32,
+        "num_elites": 4,
+        "num_pi_trajs": 4,
+    },
+    "model": {"hidden_dim": 16, "hidden_layers": 1, "num_bins": 11},
+    "dynamics": {"latent_dim": 16, "encoder_dim": 16, "input_dim": 16},
+}
+
+
+def tiny(**sections) -> dict:
+    """TINY with some sections' keys overridden: tiny(train={"steps": 300})."""
+    out = copy.deepcopy(TINY)
+    for name, values in sections.items():
+        out.setdefault(name, {}).update(values)
+    return out
+
+
+@pytest.fixture
+def tiny_config():
+    from agent.config import RunConfig
+
+    return RunConfig.from_dict(tiny())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """One torch thread, as the agent runs (TrainConfig.single_thread): with other processes on
+    the 2 cores, 2 threads made these small networks ~15x slower. Not restored: raising the count
+    again would call torch.set_num_threads(2), which this project never does (PyTorch #142815)."""
+    torch.set_num_threads(1)

@@ -1,0 +1,268 @@
+"""agent.agent and agent.loop: SB3 surface (evaluate_policy runs on the agent), save -> load ->
+identical actions, same seed -> identical first episode, stop + resume == uninterrupted run
+(bitwise), atomic and validated checkpoints, config validation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from agent.agent import Agent, resolve_device
+from agent.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from agent.config import (
+    ConfigError,
+    RunConfig,
+    TrainConfig,
+    field_docs,
+    load_config_file,
+)
+from agent.loop import CHECKPOINT_NAME, Trainer
+from envs import make_env
+from tests.agent.conftest import tiny
+
+
+def make_agent(**sections) -> Agent:
+    return Agent(None, RunConfig.from_dict(tiny(**sections)))
+
+
+def assert_same_state(a: dict, b: dict, path: str = "") -> None:
+    """Bitwise equality of nested state dicts (tensors, numbers, strings, containers)."""
+    assert type(a) is type(b), path
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif isinstance(a, float) and math.isnan(a):
+        assert math.isnan(b), path
+    else:
+        assert a == b, path
+
+
+# ----------------------------------------------------------------------- SB3 surface
+
+
+def test_evaluate_policy_runs_on_the_agent():
+    agent = make_agent(train={"seed_steps": 40})
+    agent.learn(80)
+    assert agent.num_timesteps == 80 and agent.num_updates == 41
+    env = make_env("Pendulum-v1", seed=3, max_episode_steps=20)
+    returns, lengths = evaluate_policy(
+        agent, env, n_eval_episodes=2, deterministic=True, return_episode_rewards=True, warn=False
+    )
+    assert lengths == [20, 20]
+    assert all(np.isfinite(returns)) and all(-16.3 * 20 <= r <= 0 for r in returns)
+
+
+def test_update_schedule_with_pretraining_and_fractional_rates():
+    """None pretrain updates = as many as seed steps (TD-MPC2), then updates_per_step per step."""
+    agent = make_agent(
+        train={"seed_steps": 20}, agent={"pretrain_updates": None, "updates_per_step": 0.5}
+    )
+    agent.learn(19)
+    assert agent.num_updates == 0
+    agent.learn(1)  # step 20: 20 catch-up updates + 0.5 owed
+    assert agent.num_updates == 20
+    agent.learn(3)  # 0.5 + 3 * 0.5 = 2 more
+    assert agent.num_updates == 22
+
+
+def test_predict_shapes_and_errors():
+    agent = make_agent()
+    obs = np.zeros(3, dtype=np.float32)
+    action, state = agent.predict(obs)
+    assert action.shape == (1,) and state is None and -1 <= action[0] <= 1
+    actions, _ = agent.predict(np.zeros((2, 3)), episode_start=np.array([True, True]))
+    assert actions.shape == (2, 1)
+    with pytest.raises(ValueError, match="size 3"):
+        agent.predict(np.zeros(4))
+
+
+def test_save_load_gives_identical_next_actions(tmp_path):
+    agent = make_agent()
+    agent.learn(100)
+    env = make_env("Pendulum-v1", seed=5, max_episode_steps=50)
+    obs, _ = env.reset()
+    agent.predict(obs, episode_start=np.array([True]))  # warm start and generator in use
+    path = agent.save(tmp_path / "agent.pt")
+    loaded = Agent.load(path)
+    assert_same_state(agent.model.state_dict(), loaded.model.state_dict())
+    observations = [obs]
+    for _ in range(4):
+        observations.append(env.step(np.array([0.3], dtype=np.float32))[0])
+    for o in observations:
+        a1, _ = agent.predict(o, deterministic=True)
+        a2, _ = loaded.predict(o, deterministic=True)
+        assert np.array_equal(a1, a2)
+    assert len(loaded.buffer) == 0  # SB3's save leaves the replay buffer out
+    agent.save(tmp_path / "with_buffer.pt", include_buffer=True)
+    assert len(Agent.load(tmp_path / "with_buffer.pt").buffer) == 100
+
+
+def test_same_seed_gives_an_identical_first_episode():
+    def first_episode(seed):
+        agent = make_agent(train={"seed": seed, "seed_steps": 20})
+        agent.learn(50)  # one whole episode, planned from step 20
+        return agent.buffer.obs[:50].clone(), agent.buffer.action[:50].clone()
+
+    obs1, act1 = first_episode(7)
+    obs2, act2 = first_episode(7)
+    assert torch.equal(obs1, obs2) and torch.equal(act1, act2)
+    obs3, act3 = first_episode(8)
+    assert not torch.equal(obs1, obs3) and not torch.equal(act1[20:], act3[20:])
+
+
+# ----------------------------------------------------------------------- checkpoints
+
+
+def test_stop_and_resume_equals_an_uninterrupted_run(tmp_path):
+    """Stopped at an episode end (step 150), checkpointed, rebuilt from the file and continued
+    to 300 steps: every parameter, optimiser moment, buffer entry and generator state equals
+    the uninterrupted run's, bit for bit."""
+    sections = {"train": {"steps": 300, "checkpoint_every": 1000}}
+    full = Trainer(make_agent(**sections), tmp_path / "full")
+    assert full.run(300) == "done"
+
+    part = Trainer(make_agent(**sections), tmp_path / "part")
+    assert part.run(300, stop_at_episode_end_after=120) == "stopped"
+    assert (
+        load_checkpoint(tmp_path / "part" / CHECKPOINT_NAME)["agent"]["counters"]["num_timesteps"]
+        == 150
+    )
+    resumed = Trainer.resume(tmp_path / "part")
+    assert resumed.agent.num_timesteps == 150
+    assert resumed.run(300) == "done"
+
+    a = full.agent.state_dict()
+    b = resumed.agent.state_dict()
+    assert_same_state(a, b)
+    assert full.episode == resumed.episode == 6
+    assert full.last_eval == resumed.last_eval
+    final = load_checkpoint(tmp_path / "part" / CHECKPOINT_NAME)
+    assert final["agent"]["counters"]["num_timesteps"] == 300
+    full.close()
+    resumed.close()
+
+
+def test_stop_mid_episode_closes_it_as_truncated(tmp_path):
+    trainer = Trainer(make_agent(), tmp_path / "run")
+    trainer.run(500, callback=lambda t: t.agent.num_timesteps < 75)  # 25 steps into episode 2
+    state = load_checkpoint(tmp_path / "run" / CHECKPOINT_NAME)
+    buffer = state["agent"]["buffer"]
+    assert buffer["size"] == 75
+    assert buffer["truncated"][74] == 1 and buffer["truncated"][49] == 1
+    assert buffer["truncated"][73] == 0
+    resumed = Trainer.resume(tmp_path / "run")
+    assert resumed.run(100) == "done" and resumed.agent.num_timesteps == 100
+    resumed.close()
+
+
+def test_checkpoint_write_is_atomic(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint({"x": torch.ones(3)}, path)
+    with pytest.raises(Exception):  # noqa: B017 (torch.save's own error for a lambda)
+        save_checkpoint({"x": lambda: None}, path)
+    assert torch.equal(load_checkpoint(path)["x"], torch.ones(3))  # the old file is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary left behind
+
+
+def test_corrupt_or_foreign_checkpoints_are_one_line_errors(tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x00not a checkpoint" * 10)
+    with pytest.raises(CheckpointError, match="corrupt or unreadable"):
+        load_checkpoint(garbage)
+    good = tmp_path / "good.pt"
+    make_agent().save(good)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match="corrupt or unreadable") as err:
+        Agent.load(truncated)
+    assert "\n" not in str(err.value)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    with pytest.raises(CheckpointError, match="not a geodesic-rl agent checkpoint"):
+        Agent.load(foreign)
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    with pytest.raises(CheckpointError, match="incomplete"):
+        load_checkpoint(good, required=("loop",))
+
+
+# ----------------------------------------------------------------------- configuration
+
+
+def test_run_config_from_dict_validates_keys_types_and_values():
+    config = RunConfig.from_dict(
+        {"train": {"steps": 123}, "planner": {"num_samples": 64, "num_elites": 8}}
+    )
+    assert config.train.steps == 123 and config.planner.num_samples == 64
+    assert config.dynamics.latent_dim == 128  # the GRU's defaults
+    round_trip = RunConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert round_trip.to_dict() == config.to_dict()
+    cases = [
+        ({"train": {"stepz": 1}}, "unknown key 'stepz' in \\[train\\]"),
+        ({"trainer": {}}, "unknown config section \\[trainer\\]"),
+        ({"train": {"steps": "many"}}, "train.steps must be int"),
+        ({"train": {"steps": -5}}, "train.steps must be a positive integer"),
+        ({"planner": {"num_elites": 9999}}, "num_elites"),
+        ({"agent": {"discount": 1.5}}, "discount"),
+        ({"train": {"world_model": "nope"}}, "unknown world model 'nope'"),
+        ({"dynamics": {"latent_dim": 0}}, "latent_dim"),
+        ({"train": {"device": "tpu"}}, "train.device"),
+    ]
+    for data, match in cases:
+        with pytest.raises(ConfigError, match=match):
+            RunConfig.from_dict(data)
+
+
+def test_config_files(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('[train]\nsteps = 77\n[planner]\nmethod = "cem"\n')
+    assert RunConfig.from_dict(load_config_file(toml)).planner.method == "cem"
+    js = tmp_path / "c.json"
+    js.write_text('{"loss": {"horizon": 5}}')
+    assert RunConfig.from_dict(load_config_file(js)).loss.horizon == 5
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid"):
+        load_config_file(bad)
+    with pytest.raises(ConfigError, match="must end in .json or .toml"):
+        load_config_file(_touch(tmp_path / "c.yaml"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config_file(tmp_path / "missing.toml")
+
+
+def _touch(path):
+    path.write_text("")
+    return path
+
+
+def test_every_train_field_is_documented():
+    docs = field_docs(TrainConfig)
+    assert set(docs) == set(TrainConfig.__dataclass_fields__)
+    assert all(len(d) > 10 for d in docs.values())
+
+
+def test_cuda_request_without_cuda_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_discrete_action_space_is_refused():
+    import gymnasium as gym
+
+    with pytest.raises(ConfigError, match="continuous"):
+        Agent(gym.make("CartPole-v1"), RunConfig.from_dict(tiny()))

@@ -1,0 +1,247 @@
+"""The command lines: `python -m agent.train` (a short run read back with TensorBoard's own event
+reader, resume continuing the same curves, Ctrl-C), `python -m agent.evaluate` (returns and a
+video), and bad input: exit code 2, one line on stderr, no traceback, no run folder left."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from agent import evaluate as evaluate_cli
+from agent import train as train_cli
+from agent.checkpoint import load_checkpoint
+from agent.config import TrainConfig, field_docs
+from agent.loop import CHECKPOINT_NAME, Trainer
+from tests.agent.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_config(path: Path, **sections) -> Path:
+    path.write_text(json.dumps(tiny(**sections)))
+    return path
+
+
+def run_cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def scalars(events: EventAccumulator, tag: str) -> list[tuple[int, float]]:
+    return [(e.step, e.value) for e in events.Scalars(tag)]
+
+
+@pytest.mark.slow
+def test_short_run_resume_and_evaluate(tmp_path):
+    config = write_config(tmp_path / "tiny.json", train={"eval_every": 100})
+    logdir = tmp_path / "runs"
+    done = run_cli(
+        "agent.train",
+        "--steps",
+        "150",
+        "--seed",
+        "3",
+        "--logdir",
+        str(logdir),
+        "--config",
+        str(config),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    (run,) = logdir.iterdir()
+    assert run.name.startswith("Pendulum-v1__gru__3__")
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["train"]["steps"] == 150 and saved["planner"]["num_samples"] == 32
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["versions"]["torch"] == torch.__version__
+    assert len(meta["git"]["commit"]) == 40 and isinstance(meta["git"]["dirty"], bool)
+
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+    tags = events.Tags()
+    for tag in (
+        "charts/episodic_return",
+        "charts/episodic_length",
+        "losses/world_model",
+        "losses/consistency",
+        "losses/value",
+        "losses/pi",
+        "planner/elite_value",
+        "perf/steps_per_second",
+        "perf/plan_hz",
+        "perf/update_ms",
+        "eval/mean_return",
+    ):
+        assert tag in tags["scalars"], tag
+    assert "config/text_summary" in tags["tensors"]
+    returns = scalars(events, "charts/episodic_return")
+    assert [s for s, _ in returns] == [50, 100, 150]
+    assert all(-16.3 * 50 <= r <= 0 for _, r in returns)
+    assert [s for s, _ in scalars(events, "eval/mean_return")] == [100, 150]
+
+    resumed = run_cli("agent.train", "--resume", str(run), "--steps", "250")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stderr and "step 150" in resumed.stderr
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
+    assert [s for s, _ in scalars(events, "charts/episodic_return")] == [50, 100, 150, 200, 250]
+    assert [s for s, _ in scalars(events, "eval/mean_return")] == [100, 150, 200, 250]
+    assert load_checkpoint(run / CHECKPOINT_NAME)["agent"]["counters"]["num_timesteps"] == 250
+    assert "resumed" in json.loads((run / "meta.json").read_text())
+
+    ev = run_cli("agent.evaluate", str(run), "--episodes", "2")
+    assert ev.returncode == 0, ev.stderr
+    line = ev.stdout.splitlines()[0]
+    assert line.startswith("Pendulum-v1: return ") and "over 2 episodes" in line
+    mean = float(line.split("return ")[1].split(" ")[0])
+    assert -16.3 * 50 <= mean <= 0
+
+    video = run_cli("agent.evaluate", str(run), "--episodes", "1", "--video")
+    if importlib.util.find_spec("pygame") is None:  # Pendulum renders through pygame
+        assert video.returncode == 2
+        (err,) = video.stderr.strip().splitlines()
+        assert "cannot render here" in err and "pygame" in err
+    else:
+        assert video.returncode == 0, video.stderr
+        path = next((run / "videos").iterdir())
+        if path.suffix == ".gif":
+            frames = imageio.mimread(path)
+            assert len(frames) == 51 and frames[0].ndim == 3
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_a_checkpoint_and_the_run_resumes(tmp_path):
+    config = write_config(tmp_path / "tiny.json", train={"checkpoint_every": 50})
+    logdir = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.train",
+            "--steps",
+            "100000",
+            "--logdir",
+            str(logdir),
+            "--config",
+            str(config),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:  # the first periodic checkpoint: training is under way
+            if logdir.exists() and any((r / CHECKPOINT_NAME).exists() for r in logdir.iterdir()):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("no checkpoint within 180 s")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "resume with" in stderr
+    (run,) = logdir.iterdir()
+    state = load_checkpoint(run / CHECKPOINT_NAME)
+    steps = state["agent"]["counters"]["num_timesteps"]
+    assert steps >= 50 and state["agent"]["buffer"]["size"] == steps
+    assert state["loop"]["needs_reset"] is True
+    trainer = Trainer.resume(run)
+    assert trainer.run(steps + 60) == "done"
+    assert trainer.agent.num_timesteps == steps + 60
+    trainer.close()
+
+
+def test_bad_input_in_a_real_process_is_one_line_and_exit_2(tmp_path):
+    out = run_cli("agent.train", "--env", "NoSuchEnv-v0", "--logdir", str(tmp_path / "runs"))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown environment id 'NoSuchEnv-v0'" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
+    bad_key = tmp_path / "bad_key.json"
+    bad_key.write_text(json.dumps({"planner": {"samples": 10}}))
+    bad_value = tmp_path / "bad_value.toml"
+    bad_value.write_text("[agent]\nlr = -1.0\n")
+    corrupt = tmp_path / "corrupt_run"
+    corrupt.mkdir()
+    (corrupt / CHECKPOINT_NAME).write_bytes(b"PK\x03\x04 truncated zip")
+    cases = [
+        (["--env", "NoSuchEnv-v0"], "unknown environment id"),
+        (["--env", "CartPole-v1"], "discrete"),
+        (["--steps", "-5"], "train.steps must be a positive integer"),
+        (["--steps", "abc"], "invalid int value"),
+        (["--world-model", "nope"], "unknown world model 'nope'; available: "),
+        (["--config", str(bad_key)], "unknown key 'samples' in [planner]"),
+        (["--config", str(bad_value)], "agent.lr must be > 0"),
+        (["--config", str(tmp_path / "missing.json")], "does not exist"),
+        (["--resume", str(corrupt)], "corrupt or unreadable"),
+        (["--resume", str(tmp_path / "nowhere")], "no checkpoint"),
+        (["--resume", str(corrupt), "--env", "Pendulum-v1"], "cannot be given with it"),
+        (["--device", "tpu"], "train.device"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((["--device", "cuda"], "CUDA is not available"))
+    return cases
+
+
+def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys):
+    logdir = tmp_path / "runs"
+    for argv, expected in _bad_cases(tmp_path):
+        try:
+            code = train_cli.main(
+                [*argv, "--logdir", str(logdir)] if "--resume" not in argv else argv
+            )
+        except SystemExit as exit_:  # argparse
+            code = exit_.code
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert code == 2, (argv, err)
+        assert len(lines) == 1 and expected in lines[0], (argv, err)
+        assert "Traceback" not in err
+    assert not logdir.exists()  # no run folder for a run that never started
+
+
+def test_evaluate_bad_input(tmp_path, capsys):
+    corrupt = tmp_path / "run"
+    corrupt.mkdir()
+    (corrupt / CHECKPOINT_NAME).write_text("nonsense")
+    assert evaluate_cli.main([str(corrupt)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "corrupt" in err[0]
+    assert evaluate_cli.main([str(corrupt), "--episodes", "0"]) == 2
+
+
+def test_help_documents_every_flag():
+    text = " ".join(train_cli.build_parser().format_help().split())
+    docs = field_docs(TrainConfig)
+    for flag, field in train_cli.FLAGS.items():
+        assert f"--{flag.replace('_', '-')}" in text
+        assert " ".join(docs[field].split()) in text
+    for flag in ("--resume", "--config"):
+        assert flag in text

@@ -1,0 +1,192 @@
+"""agent.planner: the MPPI/CEM refit against direct computation, the planner on a model whose
+optimum is known in closed form, warm start, policy-prior samples and determinism."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import Tensor
+
+from agent.planner import Planner, PlannerConfig, cem_update, estimate_value, mppi_update
+from world_model.model import LatentState
+
+
+@dataclass
+class PointState(LatentState):
+    x: Tensor  # [B, A]
+
+
+class QuadraticToy:
+    """x' = x + a, r(x, a) = -|x + a - goal|^2, zero terminal value, a policy prior that always
+    proposes `prior_action`. From x0 the best first action is goal - x0 (then 0): return 0."""
+
+    def __init__(self, goal: Tensor, prior_action: float = 0.0):
+        self.goal = goal
+        self.prior_action = prior_action
+        self.context_calls = 0
+
+    def encode(self, obs: Tensor) -> PointState:
+        return PointState(obs)
+
+    def context(self, state):
+        self.context_calls += 1
+        return "ctx"
+
+    def next(self, state, action, context=None, *, stochastic=False):
+        assert context == "ctx" and not stochastic
+        return PointState(state.x + action)
+
+    def reward(self, state, action):
+        return -(state.x + action - self.goal).square().sum(-1, keepdim=True)
+
+    def pi(self, state, *, generator=None, deterministic=False):
+        return torch.full_like(state.x, self.prior_action), {}
+
+    def Q(self, state, action, return_type="avg"):
+        return torch.zeros(state.x.shape[0], 1)
+
+
+def test_mppi_update_is_the_softmax_weighted_refit():
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(16, generator=g, dtype=torch.float64)
+    actions = torch.randn(3, 16, 2, generator=g, dtype=torch.float64)
+    temperature = 0.7
+    mean, std, w = mppi_update(values, actions, temperature)
+    w_ref = torch.exp(values / temperature)
+    w_ref = w_ref / w_ref.sum()
+    mean_ref = torch.einsum("k,hka->ha", w_ref, actions)
+    var_ref = torch.einsum("k,hka->ha", w_ref, (actions - mean_ref[:, None]) ** 2)
+    torch.testing.assert_close(w, w_ref)
+    torch.testing.assert_close(mean, mean_ref)
+    torch.testing.assert_close(std, var_ref.sqrt())
+    # temperature -> 0 picks the best elite, -> inf averages them equally
+    mean_cold, _, _ = mppi_update(values, actions, 1e-6)
+    torch.testing.assert_close(mean_cold, actions[:, values.argmax()])
+    mean_hot, _, _ = mppi_update(values, actions, 1e9)
+    torch.testing.assert_close(mean_hot, actions.mean(1))
+    mean_cem, std_cem, _ = cem_update(values, actions)
+    torch.testing.assert_close(mean_cem, actions.mean(1))
+    torch.testing.assert_close(std_cem, actions.std(1, unbiased=False))
+
+
+def test_estimate_value_matches_the_discounted_sum():
+    toy = QuadraticToy(goal=torch.tensor([0.5]))
+    x0 = PointState(torch.tensor([[0.1], [0.2]]))
+    actions = torch.tensor([[[0.3], [-0.2]], [[0.1], [0.4]]])  # [H=2, N=2, A=1]
+    v = estimate_value(toy, x0, actions, "ctx", discount=0.9)
+    # by hand: x1 = x0 + a0, r0 = -(x1 - g)^2, r1 = -(x1 + a1 - g)^2
+    expected = []
+    for n in range(2):
+        x1 = 0.1 * (n == 0) + 0.2 * (n == 1) + float(actions[0, n, 0])
+        r0 = -((x1 - 0.5) ** 2)
+        r1 = -((x1 + float(actions[1, n, 0]) - 0.5) ** 2)
+        expected.append(r0 + 0.9 * r1)
+    torch.testing.assert_close(v, torch.tensor(expected))
+
+
+@pytest.mark.parametrize("method", ["mppi", "cem"])
+def test_planner_finds_the_optimum_of_a_quadratic_cost(method):
+    goal = torch.tensor([0.45, -0.3])
+    x0 = torch.tensor([0.1, 0.2])
+    toy = QuadraticToy(goal)
+    cfg = PlannerConfig(
+        method=method,
+        horizon=3,
+        iterations=8,
+        num_samples=512,
+        num_elites=32,
+        num_pi_trajs=0,
+        temperature=0.05,
+    )
+    planner = Planner(cfg, action_dim=2, discount=0.95)
+    action = planner.plan(toy, x0, explore=False, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(action, goal - x0, atol=0.05, rtol=0)
+    assert toy.context_calls == 1  # built once per plan() call
+    # the refit mean of the later steps is ~0 (staying at the goal is optimal)
+    assert planner._prev_mean[1:].abs().max() < 0.1
+
+
+def test_planner_clamps_to_the_action_box():
+    toy = QuadraticToy(goal=torch.tensor([3.0]))  # optimum a = 3 lies outside [-1, 1]
+    planner = Planner(PlannerConfig(num_pi_trajs=0), action_dim=1, discount=0.9)
+    action = planner.plan(
+        toy, torch.zeros(1), explore=True, generator=torch.Generator().manual_seed(1)
+    )
+    assert -1.0 <= float(action) <= 1.0 and float(action) > 0.9
+
+
+def test_policy_prior_samples_enter_the_plan():
+    """With one refinement iteration and a sampling std far too wide to hit the optimum by
+    chance, the prior's proposals (exactly the optimal action) become the elites."""
+    goal, x0 = torch.tensor([0.3]), torch.tensor([0.0])
+    cfg = PlannerConfig(
+        horizon=1,
+        iterations=1,
+        num_samples=64,
+        num_elites=4,
+        num_pi_trajs=8,
+        temperature=1e-3,
+        min_std=2.0,
+        max_std=2.0,
+    )
+    with_prior = Planner(cfg, action_dim=1, discount=0.9).plan(
+        QuadraticToy(goal, prior_action=0.3),
+        x0,
+        explore=False,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert abs(float(with_prior) - 0.3) < 1e-6
+
+
+def test_warm_start_shifts_the_previous_plan_and_reset_clears_it():
+    toy = QuadraticToy(goal=torch.tensor([0.2]))
+    cfg = PlannerConfig(horizon=3, iterations=1, num_samples=64, num_elites=8, num_pi_trajs=0)
+    planner = Planner(cfg, action_dim=1, discount=0.9)
+    g = torch.Generator().manual_seed(0)
+    planner._prev_mean = torch.tensor([[9.0], [0.7], [-0.4]])
+    # with std pinned at ~0 the samples are the warm-start mean itself: [0.7, -0.4, 0]
+    cfg.min_std = cfg.max_std = 1e-6
+    planner.plan(toy, torch.zeros(1), explore=False, generator=g)
+    torch.testing.assert_close(
+        planner._prev_mean, torch.tensor([[0.7], [-0.4], [0.0]]), atol=1e-4, rtol=0
+    )
+    planner.reset()
+    assert planner._prev_mean is None
+    state = planner.state_dict()
+    other = Planner(cfg, action_dim=1, discount=0.9)
+    other.load_state_dict(state)
+    assert other._prev_mean is None
+
+
+def test_planning_is_deterministic_under_a_seed():
+    toy = QuadraticToy(goal=torch.tensor([0.2, 0.1]))
+    cfg = PlannerConfig(num_samples=64, num_elites=8, num_pi_trajs=4, iterations=3)
+
+    def run(seed):
+        planner = Planner(cfg, action_dim=2, discount=0.9)
+        g = torch.Generator().manual_seed(seed)
+        return torch.stack(
+            [planner.plan(toy, torch.zeros(2), explore=True, generator=g) for _ in range(3)]
+        )
+
+    assert torch.equal(run(0), run(0))
+    assert not torch.equal(run(0), run(1))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"method": "random"}, "method"),
+        ({"num_samples": 0}, "num_samples"),
+        ({"num_elites": 600}, "num_elites"),
+        ({"num_pi_trajs": 600}, "num_pi_trajs"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"min_std": 3.0}, "min_std"),
+        ({"horizon": 1.5}, "horizon"),
+    ],
+)
+def test_invalid_planner_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PlannerConfig(**kwargs)
