@@ -26,7 +26,7 @@ z; mass G(z) = lambda(z)^2 I. One environment step of length h:
   the exact kinetic flow (exp map + parallel transport), and the kick never adds -dK/dz: the model
   is geometry.langevin.baoab_step with attention forces (tests/world_model/test_geodesic.py checks
   both, and that the term is not doubled).
-- O: closed-form OU at a learned friction gamma = raw^2 (zero is reachable: a softplus stuck at
+- O: closed-form OU at a learned friction gamma = relu(raw) (zero is reachable: a softplus stuck at
   0.009 lost 26% of the energy over 1000 conservative steps in the feasibility study) and a fixed
   temperature T_c. **Stochastic in training** (`next(..., stochastic=True)` draws xi ~ N(0, I));
   **deterministic when planning** (`stochastic=False` takes the OU mean c1 p). An optional learned
@@ -77,6 +77,7 @@ __all__ = [
 MACRO, TEXTURE = 0, 1
 _ENCODERS = ("mlp", "linear", "identity")
 _DRIFTS = ("geodesic", "euclidean")
+_FORCES = ("potential", "field")
 _CONTROLS = ("linear", "mlp")
 
 
@@ -145,6 +146,11 @@ class GeodesicConfig(DynamicsConfig):
     """initial sigma(macro), sigma(texture) of area-law screening (Prop 100)"""
     chirality: float = 0.0
     """initial chiral mixing strength kappa (0: identity; the gate needs a value gradient)"""
+    force: str = "potential"
+    """kick force: 'potential' (the kick head reads a scalar potential Phi(z) from the force
+    bank and the force is -grad Phi by autograd: conservative, so the learned dynamics keep
+    energy; the default) or 'field' (the head's output is the force vector itself, the seed
+    listing's reading of Prop 101: not a gradient field, so it can pump energy)"""
     drift_correction: bool = True
     """drift heads add an attention correction to the geodesic velocity (False: exact flow)"""
     drift: str = "geodesic"
@@ -152,7 +158,7 @@ class GeodesicConfig(DynamicsConfig):
     (z += t G^-1 p at fixed p: the seed listing's step, which drops the geodesic term; an
     ablation, shown wrong by the tests)"""
     friction: float = 0.1
-    """initial OU friction gamma (learned, zero reachable)"""
+    """initial OU friction gamma (learned; zero is reachable exactly)"""
     thermostat_temperature: float = 1e-3
     """T_c of the OU step (fixed); noise only in training rollouts"""
     learned_thermostat: bool = False
@@ -160,7 +166,8 @@ class GeodesicConfig(DynamicsConfig):
     confinement: float = 0.1
     """initial kappa of the known confining force -kappa grad d_H(0, z)^2 / 2 (learned, >= 0)"""
     control: str = "mlp"
-    """control force: 'linear' (W a) or 'mlp' (W a + MLP(log_0 z, a))"""
+    """control force, control-affine and zero without action: 'linear' (F = W a) or 'mlp'
+    (F = (W + M(z)) a with the d x A gain M an MLP of (z, log_0 z))"""
     prototype_init_scale: float = 0.7
     """spread of the prototypes' initial positions (see PrototypeConfig)"""
 
@@ -175,6 +182,8 @@ class GeodesicConfig(DynamicsConfig):
                 raise ValueError(f"GeodesicConfig.{name} must be an integer >= 0, got {value!r}")
         if self.encoder not in _ENCODERS:
             raise ValueError(f"GeodesicConfig.encoder must be one of {_ENCODERS}")
+        if self.force not in _FORCES:
+            raise ValueError(f"GeodesicConfig.force must be one of {_FORCES}")
         if self.drift not in _DRIFTS:
             raise ValueError(f"GeodesicConfig.drift must be one of {_DRIFTS}")
         if self.control not in _CONTROLS:
@@ -194,14 +203,14 @@ class GeodesicConfig(DynamicsConfig):
         self.head_config(query_features=1, query_level=MACRO)
 
     def head_config(
-        self, query_features: int, query_level: int, velocity: bool = False
+        self, query_features: int, query_level: int, velocity: bool = False, d_out: int = 0
     ) -> CovariantAttentionConfig:
         return CovariantAttentionConfig(
             d=self.latent_dim,
             d_query=query_features,
             d_key=self.feature_dim,
             d_value=self.feature_dim,
-            d_out=self.latent_dim,
+            d_out=d_out or self.latent_dim,
             d_k=self.d_k,
             n_colors=self.n_colors,
             g_s=self.g_s,
@@ -244,22 +253,25 @@ class GeodesicCrossAttention(nn.Module):
         cfg = self.config = config
         d = cfg.latent_dim
         self.kick_head = CovariantAttention(
-            cfg.head_config(query_features=2 * d, query_level=MACRO)
+            cfg.head_config(
+                query_features=2 * d, query_level=MACRO, d_out=1 if cfg.force == "potential" else d
+            )
         )
         nn.init.zeros_(self.kick_head.w_o.weight)  # start from the confining + control forces
         self.drift_head = CovariantAttention(
             cfg.head_config(query_features=3 * d, query_level=TEXTURE, velocity=True)
         )
         nn.init.zeros_(self.drift_head.w_o.weight)  # start from the exact geodesic flow
+        self.action_dim = action_dim
         self.control_linear = nn.Linear(action_dim, d, bias=False)
-        self.control_mlp = (
-            mlp(2 * d + action_dim, [64], d, cfg.activation) if cfg.control == "mlp" else None
+        self.control_mlp = (  # state-dependent gain M(z): [B, d * A]
+            mlp(2 * d, [64], d * action_dim, cfg.activation) if cfg.control == "mlp" else None
         )
         if self.control_mlp is not None:
             nn.init.zeros_(self.control_mlp[-1].weight)
             nn.init.zeros_(self.control_mlp[-1].bias)
         self.confinement_raw = nn.Parameter(torch.tensor(math.sqrt(cfg.confinement)))
-        self.friction_raw = nn.Parameter(torch.tensor(math.sqrt(cfg.friction)))
+        self.friction_raw = nn.Parameter(torch.tensor(float(cfg.friction)))
         self.thermostat_head = (
             CovariantAttention(cfg.head_config(query_features=2 * d, query_level=MACRO))
             if cfg.learned_thermostat
@@ -286,7 +298,10 @@ class GeodesicCrossAttention(nn.Module):
 
     @property
     def friction(self) -> Tensor:
-        return self.friction_raw.square()
+        """gamma = relu(raw): zero is reached exactly, and then stays (a conservative system is
+        learned as exactly conservative; raw^2 only approaches 0, and the leftover 3e-3 cost 47% of
+        the energy over 1000 steps on the disk)."""
+        return torch.relu(self.friction_raw)
 
     def ou_coefficients(self) -> tuple[Tensor, Tensor]:
         return langevin.ou_coefficients(
@@ -295,27 +310,55 @@ class GeodesicCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ forces
 
-    def attention_force(
-        self, z: Tensor, context: GeodesicContext, lines: Tensor, record: bool = False
+    def kick_force(
+        self, z: Tensor, context: GeodesicContext, record: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """The position-only part of the kick at z, F_attn + F_conf, and the Wilson lines at z
+        (both reused by the next step's opening kick and drift). z [B, d] -> ([B, d], [B, r, r]).
+
+        force = 'potential': F_attn = -grad_z Phi(z), Phi the kick head's scalar read-out, by
+        autograd (with create_graph while training, so parameters learn through the gradient;
+        under no_grad, e.g. planning, a local enable_grad computes it and nothing is kept).
+        force = 'field': F_attn = lambda(z) * head output (an orthonormal-frame force vector).
+        """
+        if self.config.force == "field":
+            lines = self.lines(z)
+            out = self._kick_head_output(z, context, lines, record)  # [B, d] orthonormal frame
+            force = poincare.conformal_factor(z) * out
+        else:
+            training = torch.is_grad_enabled()
+            with torch.enable_grad():
+                zq = z if (training and z.requires_grad) else z.detach().requires_grad_(True)
+                lines = self.lines(zq)
+                phi = self._kick_head_output(zq, context, lines, record)  # [B, 1]
+                (grad,) = torch.autograd.grad(phi.sum(), zq, create_graph=training)
+            force = -grad
+            if not training:
+                force, lines = force.detach(), lines.detach()
+        return force + self.confinement * confining_force(z), lines
+
+    def _kick_head_output(
+        self, z: Tensor, context: GeodesicContext, lines: Tensor, record: bool
     ) -> Tensor:
-        """F_attn + F_conf at z: the position-only part of the kick (reused between the closing
-        kick of a step and the opening kick of the next). z [B, d], lines [B, r, r] -> [B, d]."""
-        lam = poincare.conformal_factor(z)  # [B, 1]
         queries = CovariantQueries(
             positions=z,
             features=torch.cat([z, poincare.logmap0(z)], dim=-1),
             value_grad=context.value_grad,
         )
-        out, rec = self.kick_head(queries, context.force, lines)  # [B, d] orthonormal frame
+        out, rec = self.kick_head(queries, context.force, lines)
         if record and context.records is not None:
             context.records.append(rec)
-        return lam * out + self.confinement * confining_force(z)
+        return out
 
     def control_force(self, z: Tensor, action: Tensor) -> Tensor:
-        """F_ctrl(z, a): a covector [B, d] (linear in a, plus an optional MLP of (log_0 z, a))."""
+        """F_ctrl(z, a) = (W + M(z)) a: a covector [B, d], control-affine, so it is exactly zero
+        without action (an action-free rollout feels the learned force field only)."""
         force = self.control_linear(action)
         if self.control_mlp is not None:
-            force = force + self.control_mlp(torch.cat([z, poincare.logmap0(z), action], dim=-1))
+            gain = self.control_mlp(torch.cat([z, poincare.logmap0(z)], dim=-1))  # [B, d * A]
+            force = force + (
+                gain.unflatten(-1, (-1, self.action_dim)) @ action.unsqueeze(-1)
+            ).squeeze(-1)
         return force
 
     # ------------------------------------------------------------------ drift and thermostat
@@ -394,15 +437,13 @@ class GeodesicCrossAttention(nn.Module):
         Lines are computed at three points per step (z, the half-step, z'), z's from the cache."""
         h = self.config.dt
         if cache is None:
-            lines = self.lines(z)
-            cache = (self.attention_force(z, context, lines, record), lines)
+            cache = self.kick_force(z, context, record)
         force, lines = cache
         p = p + 0.5 * h * (force + self.control_force(z, action))  # B
         z, p = self.drift(z, p, 0.5 * h, context, lines, record)  # A
         p = self.thermostat(z, p, context, stochastic)  # O
         z, p = self.drift(z, p, 0.5 * h, context, None, record)  # A
-        lines = self.lines(z)
-        force = self.attention_force(z, context, lines, record)
+        force, lines = self.kick_force(z, context, record)
         p = p + 0.5 * h * (force + self.control_force(z, action))  # B
         return z, p, (force, lines)
 
