@@ -83,8 +83,10 @@ class ReplayBuffer:
             self.truncated[i] = 1.0
             self._done[i] = True
 
-    def sample(self, batch_size: int, horizon: int) -> SequenceBatch:
-        """B random valid sub-trajectories of `horizon` steps (see the module docstring)."""
+    def sample(self, batch_size: int, horizon: int, history: int = 0) -> SequenceBatch:
+        """B random valid sub-trajectories of `horizon` steps (see the module docstring), with
+        the `history` observations before each start in the same episode (masked where the
+        episode, or the stored data, begins later)."""
         n_starts = self.size - horizon + 1
         if n_starts < 1:
             raise ValueError(
@@ -105,14 +107,33 @@ class ReplayBuffer:
                 raise ValueError(
                     f"ReplayBuffer: no sub-trajectory of {horizon} steps fits inside an episode"
                 )
-        idx = torch.from_numpy(np.concatenate(chosen)[:batch_size].T.copy())  # [H, B]
+        picked = np.concatenate(chosen)[:batch_size]  # [B, H] physical slots
+        idx = torch.from_numpy(picked.T.copy())  # [H, B]
         obs = torch.cat([self.obs[idx[:1]], self.next_obs[idx]], dim=0)  # [H+1, B, O]
+        hist_obs = hist_mask = None
+        if history > 0:
+            start_logical = (picked[:, 0] - oldest) % self.capacity  # [B]
+            back = np.arange(history, 0, -1)  # W .. 1 steps back: oldest first
+            logical = start_logical[:, None] - back  # [B, W]
+            slots = (oldest + logical) % self.capacity  # [B, W]
+            valid = logical >= 0
+            # a step is in the start's episode if no episode ends at it or after it, before
+            # the start: walk from the nearest step backwards
+            for k in range(history - 1, -1, -1):
+                ended = self._done[slots[:, k]] & valid[:, k]
+                later = valid[:, k + 1 :].all(axis=1) if k + 1 < history else np.ones_like(ended)
+                valid[:, k] &= ~ended & later
+            hist_idx = torch.from_numpy(slots.T.copy())  # [W, B]
+            hist_mask = torch.from_numpy(valid.T.copy())  # [W, B]
+            hist_obs = self.obs[hist_idx] * hist_mask.unsqueeze(-1)  # [W, B, O], 0 where masked
         return SequenceBatch(
             obs=obs,
             action=self.action[idx],  # [H, B, A]
             reward=self.reward[idx],  # [H, B, 1]
             terminated=self.terminated[idx],
             truncated=self.truncated[idx],
+            history_obs=hist_obs,
+            history_mask=hist_mask,
         )
 
     # -- checkpointing: tensors and plain Python values only (loads with weights_only=True)

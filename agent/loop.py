@@ -223,7 +223,9 @@ class Trainer:
             saved = agent.buffer.rng
             agent.buffer.rng = np.random.default_rng(self.cfg.seed + 4)
             try:
-                batch = agent.buffer.sample(agent.config.agent.batch_size, horizon)
+                batch = agent.buffer.sample(
+                    agent.config.agent.batch_size, horizon, agent.model.history_length
+                )
                 batch = batch.to(agent.device)
             except ValueError:
                 batch = None

@@ -140,29 +140,52 @@ class Planner:
         self.action_dim = action_dim
         self.discount = discount
         self._prev_mean: Tensor | None = None  # [H, A], the last plan
+        self._history: list[Tensor] = []  # this episode's observations before the current one
         self.last_info: dict[str, float] = {}
 
     def reset(self) -> None:
         self._prev_mean = None
+        self._history = []
+
+    def _history_inputs(self, w: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """The last w observations of this episode for the dynamics' context ([w, 1, O] oldest
+        first, padded in front and masked while the episode is younger)."""
+        past = self._history[-w:]
+        obs = like.new_zeros(w, 1, like.shape[-1])
+        mask = torch.zeros(w, 1, dtype=torch.bool, device=like.device)
+        if past:
+            obs[w - len(past) :, 0] = torch.stack(past).to(like)
+            mask[w - len(past) :] = True
+        return obs, mask
 
     def state_dict(self) -> dict:
-        return {"prev_mean": None if self._prev_mean is None else self._prev_mean.cpu().clone()}
+        return {
+            "prev_mean": None if self._prev_mean is None else self._prev_mean.cpu().clone(),
+            "history": [h.cpu().clone() for h in self._history],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         prev = state.get("prev_mean")
         self._prev_mean = None if prev is None else prev.clone()
+        self._history = [h.clone() for h in state.get("history", [])]
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: a dynamics may differentiate inside (enable_grad)
     def plan(
         self, model: WorldModel, obs: Tensor, *, explore: bool, generator: torch.Generator
     ) -> Tensor:
-        """obs [O] or [1, O] -> action [A] in [-1, 1]."""
+        """obs [O] or [1, O] -> action [A] in [-1, 1]. The observation joins this episode's
+        history (read by dynamics with history_length > 0) after planning."""
         cfg = self.config
         horizon, n, n_pi, a_dim = cfg.horizon, cfg.num_samples, cfg.num_pi_trajs, self.action_dim
         obs = obs.reshape(1, -1)
         device, dtype = obs.device, obs.dtype
         root = model.encode(obs)  # [1]
-        context = model.context(root)
+        w = getattr(model, "history_length", 0)
+        if w > 0:
+            context = model.context(root, *self._history_inputs(w, obs))
+            self._history = [*self._history, obs[0].clone()][-w:]
+        else:
+            context = model.context(root)
 
         actions = torch.empty(horizon, n, a_dim, device=device, dtype=dtype)  # [H, N, A]
         if n_pi > 0:  # policy-prior trajectories

@@ -146,9 +146,14 @@ class Dynamics(nn.Module):
       the geodesic model overrides it with the hyperbolic distance of z.
     - `regularisers(states [T, B], batch) -> {name: scalar}`: already weighted, added to the
       loss and logged under `losses/`; default none.
-    - `context(state) -> Any`: built once per `plan()` (from the root state, batch 1) and once per
-      training batch (from s_0, batch B); passed to every `next` of that rollout. `next` must
-      accept a context built from a batch of 1 with any batch size. Default None.
+    - `context(state, **inputs) -> Any`: built once per `plan()` (from the root state, batch 1)
+      and once per training batch (from s_0, batch B); passed to every `next` of that rollout.
+      `next` must accept a context built from a batch of 1 with any batch size. Default None.
+      Two optional inputs, passed only to a dynamics that asks for them:
+      `history_length > 0`: `history` (the encoded states of the last W observations before the
+      root in its episode, [B, W], oldest first) and `history_mask` [B, W];
+      `uses_value_gradient`: `value_fn` (state -> V(state) [B, 1], the agent's current value
+      estimate, for dynamics that differentiate it, e.g. a chiral projector).
     - `on_transition(transition)`: called on every env transition (memory, prototypes); no-op.
     - `diagnostics(batch) -> (scalars, histograms)`: logged under `diagnostics/`; default empty.
     - `parameter_groups() -> {"encoder": [...], "dynamics": [...]}`: the encoder's learning
@@ -160,6 +165,8 @@ class Dynamics(nn.Module):
 
     state_type: type[LatentState] = LatentState
     feature_dim: int
+    history_length: int = 0  # W: recent observations the context reads (see context)
+    uses_value_gradient: bool = False  # context receives value_fn (see context)
 
     def encode(self, obs: Tensor) -> LatentState:  # obs [B, O]
         raise NotImplementedError
@@ -179,7 +186,7 @@ class Dynamics(nn.Module):
     def regularisers(self, states: LatentState, batch: Any) -> dict[str, Tensor]:
         return {}
 
-    def context(self, state: LatentState) -> Any:
+    def context(self, state: LatentState, **inputs: Any) -> Any:
         return None
 
     def on_transition(self, transition: Transition) -> None:
@@ -374,8 +381,39 @@ class WorldModel(nn.Module):
         """One env step in latent space: state [B], action [B, A] -> state [B]."""
         return self.dynamics.next(state, action, context, stochastic=stochastic)
 
-    def context(self, state: LatentState) -> Any:
-        return self.dynamics.context(state)
+    def context(
+        self,
+        state: LatentState,
+        history_obs: Tensor | None = None,
+        history_mask: Tensor | None = None,
+    ) -> Any:
+        """The dynamics' context for rollouts from `state` [B]. history_obs [W, B, O] (oldest
+        first) and history_mask [W, B] are the observations before the root in its episode;
+        they are encoded here and passed on only to a dynamics with history_length > 0, and
+        value_fn only to one with uses_value_gradient."""
+        dyn = self.dynamics
+        inputs: dict[str, Any] = {}
+        if dyn.history_length > 0 and history_obs is not None:
+            w, b = history_obs.shape[:2]
+            encoded = dyn.encode(history_obs.flatten(0, 1))  # [W * B]
+            inputs["history"] = encoded.unflatten((w, b)).map(lambda t: t.transpose(0, 1))
+            inputs["history_mask"] = (
+                history_mask.transpose(0, 1) if history_mask is not None else None
+            )
+        if dyn.uses_value_gradient:
+            inputs["value_fn"] = self.value
+        return dyn.context(state, **inputs)
+
+    @property
+    def history_length(self) -> int:
+        """W, the observations before a root that the dynamics' context reads."""
+        return self.dynamics.history_length
+
+    def value(self, state: LatentState) -> Tensor:
+        """V(s) = mean_q Q_q(s, mean action of pi(s)): the value estimate handed to dynamics that
+        differentiate it (Dynamics.uses_value_gradient). [B] -> [B, 1]."""
+        action, _ = self.pi(state, deterministic=True)
+        return self.Q(state, action, return_type="avg")
 
     def features(self, state: LatentState) -> Tensor:
         return self.dynamics.features(state)  # [B, F]

@@ -109,7 +109,10 @@ class SequenceBatch:
     possibly at its last step, so obs[t + 1] is the observation after action[t] for every t.
 
     obs [H+1, B, O], action [H, B, A], reward [H, B, 1], terminated [H, B, 1] (float 0/1),
-    truncated [H, B, 1] (float 0/1; informational: truncation bootstraps like any other step)
+    truncated [H, B, 1] (float 0/1; informational: truncation bootstraps like any other step);
+    optional history_obs [W, B, O] (oldest first) and history_mask [W, B] (bool): the W
+    observations before obs[0] in the same episode, for dynamics whose context reads the recent
+    trajectory (Dynamics.history_length); steps before the episode's start are masked out.
     """
 
     obs: Tensor
@@ -117,6 +120,8 @@ class SequenceBatch:
     reward: Tensor
     terminated: Tensor
     truncated: Tensor
+    history_obs: Tensor | None = None
+    history_mask: Tensor | None = None
 
     def __post_init__(self):
         h1, b = self.obs.shape[:2]
@@ -132,7 +137,10 @@ class SequenceBatch:
         return self.action.shape[0]
 
     def to(self, device) -> SequenceBatch:
-        return SequenceBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(device)
+
+        return SequenceBatch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
 
 @dataclass
@@ -233,7 +241,7 @@ def world_model_loss(
         target_next = target_next.unflatten((horizon, batch_size))  # [H, B]
 
     state = model.encode(batch.obs[0])  # [B]
-    context = model.context(state)
+    context = model.context(state, batch.history_obs, batch.history_mask)
     states = [state]
     consistency = batch.obs.new_zeros(())
     for t in range(horizon):

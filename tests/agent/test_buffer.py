@@ -119,3 +119,40 @@ def test_mark_truncated_closes_the_running_episode():
     assert torch.equal(steps[1:] - steps[:-1], torch.ones(2, 300))
     assert (steps[0] == 100).any()  # the closed episode is still sampled, up to its end
     assert not (steps[0] == 101).any()
+
+
+@pytest.mark.parametrize("capacity", [1000, 30])
+def test_history_is_the_same_episodes_preceding_observations_masked_before_its_start(capacity):
+    """sample(..., history=W) adds the W observations before each start; steps before the
+    episode's start (or before the oldest stored transition) are masked and zeroed."""
+    buffer = ReplayBuffer(obs_dim=2, action_dim=1, capacity=capacity, seed=1)
+    fill(buffer, [7, 3, 12, 5, 9, 6])  # the ring of 30 has overwritten the oldest steps
+    batch = buffer.sample(batch_size=400, horizon=2, history=4)
+    assert batch.history_obs.shape == (4, 400, 2) and batch.history_mask.shape == (4, 400)
+    start_step, start_episode = batch.obs[0, :, 0], batch.obs[0, :, 1]
+    oldest_step = 42 - len(buffer)  # fill wrote steps 0..41
+    for k in range(4):  # k = 0 is the oldest, 4 steps back
+        back = 4 - k
+        step, episode = batch.history_obs[k, :, 0], batch.history_obs[k, :, 1]
+        mask = batch.history_mask[k]
+        # exactly the steps of the same episode that are still stored
+        first_of_episode = torch.tensor(
+            [
+                min(s for s in range(int(t) + 1) if _episode_of(s) == int(e))
+                for t, e in zip(start_step, start_episode, strict=True)
+            ]
+        )
+        expected = (start_step - back >= first_of_episode) & (start_step - back >= oldest_step)
+        assert torch.equal(mask, expected)
+        assert torch.equal(step[mask], start_step[mask] - back)
+        assert torch.equal(episode[mask], start_episode[mask])
+        assert (batch.history_obs[k][~mask] == 0).all()
+    assert batch.history_mask.any() and not batch.history_mask.all()
+
+
+def _episode_of(step: int, lengths=(7, 3, 12, 5, 9, 6)) -> int:
+    for e, length in enumerate(lengths):
+        if step < length:
+            return e
+        step -= length
+    raise ValueError(step)

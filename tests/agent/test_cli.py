@@ -119,10 +119,11 @@ def test_short_run_resume_and_evaluate(tmp_path):
         assert "cannot render here" in err and "pygame" in err
     else:
         assert video.returncode == 0, video.stderr
+        assert "(51 frames)" in video.stdout  # the reset frame and one per step of 50
         path = next((run / "videos").iterdir())
-        if path.suffix == ".gif":
+        if path.suffix == ".gif":  # Pillow merges identical consecutive frames when it writes
             frames = imageio.mimread(path)
-            assert len(frames) == 51 and frames[0].ndim == 3
+            assert 40 <= len(frames) <= 51 and frames[0].ndim == 3
 
 
 @pytest.mark.slow

@@ -190,3 +190,36 @@ def test_planning_is_deterministic_under_a_seed():
 def test_invalid_planner_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         PlannerConfig(**kwargs)
+
+
+class HistoryToy(QuadraticToy):
+    """A toy whose context reads the last 2 observations of the episode (history_length = 2)."""
+
+    history_length = 2
+
+    def __init__(self, goal: Tensor):
+        super().__init__(goal)
+        self.histories: list[tuple[Tensor, Tensor]] = []
+
+    def context(self, state, history_obs=None, history_mask=None):
+        self.histories.append((history_obs.clone(), history_mask.clone()))
+        return "ctx"
+
+
+def test_planner_hands_the_episodes_recent_observations_to_the_context():
+    model = HistoryToy(torch.zeros(1))
+    planner = Planner(PlannerConfig(num_samples=16, num_elites=4, iterations=1), 1, 0.9)
+    gen = torch.Generator().manual_seed(0)
+    for x in (1.0, 2.0, 3.0):
+        planner.plan(model, torch.tensor([x]), explore=False, generator=gen)
+    (h0, m0), (h1, m1), (h2, m2) = model.histories
+    assert h0.shape == (2, 1, 1) and not m0.any()  # a new episode has no past
+    assert m1[:, 0].tolist() == [False, True] and h1[1, 0, 0] == 1.0  # padded in front
+    assert m2.all() and h2[:, 0, 0].tolist() == [1.0, 2.0]  # oldest first
+    restored = Planner(planner.config, 1, 0.9)
+    restored.load_state_dict(planner.state_dict())  # the history survives a checkpoint
+    restored.plan(model, torch.tensor([4.0]), explore=False, generator=gen)
+    assert model.histories[-1][0][:, 0, 0].tolist() == [2.0, 3.0]
+    planner.reset()  # a new episode forgets it
+    planner.plan(model, torch.tensor([5.0]), explore=False, generator=gen)
+    assert not model.histories[-1][1].any()

@@ -328,3 +328,35 @@ def test_invalid_world_model_config(kwargs, match):
 def test_invalid_loss_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LossConfig(**kwargs)
+
+
+def test_context_inputs_reach_only_the_dynamics_that_ask_for_them():
+    """WorldModel.context encodes the history observations and hands (history, history_mask)
+    to a dynamics with history_length > 0, and value_fn to one with uses_value_gradient; a
+    plain dynamics gets the state alone."""
+    from world_model.gru import GRUConfig, GRUDynamics
+
+    class Recording(GRUDynamics):
+        history_length = 3
+        uses_value_gradient = True
+
+        def context(self, state, **inputs):
+            self.inputs = inputs
+            return "ctx"
+
+    dyn = Recording(4, 2, GRUConfig(latent_dim=16, encoder_dim=16, input_dim=16))
+    model = WorldModel(4, 2, dyn)
+    state = model.encode(torch.randn(5, 4))
+    hist = torch.randn(3, 5, 4)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    assert model.context(state, hist, mask) == "ctx"
+    got = dyn.inputs
+    assert got["history"].h.shape == (5, 3, 16)  # batch-major, oldest first
+    torch.testing.assert_close(got["history"].h[:, 1], dyn.encode(hist[1]).h)
+    assert got["history_mask"].shape == (5, 3)
+    v = got["value_fn"](state)
+    assert v.shape == (5, 1)
+    plain = WorldModel(
+        4, 2, GRUDynamics(4, 2, GRUConfig(latent_dim=16, encoder_dim=16, input_dim=16))
+    )
+    assert plain.context(plain.encode(torch.randn(2, 4)), hist[:, :2], mask[:, :2]) is None
