@@ -115,8 +115,8 @@ class ReplayBuffer:
             start_logical = (picked[:, 0] - oldest) % self.capacity  # [B]
             back = np.arange(history, 0, -1)  # W .. 1 steps back: oldest first
             logical = start_logical[:, None] - back  # [B, W]
-            slots = (oldest + logical) % self.capacity  # [B, W]
             valid = logical >= 0
+            slots = np.where(valid, (oldest + logical) % self.capacity, 0)  # [B, W]
             # a step is in the start's episode if no episode ends at it or after it, before
             # the start: walk from the nearest step backwards
             for k in range(history - 1, -1, -1):

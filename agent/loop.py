@@ -231,7 +231,7 @@ class Trainer:
                 batch = None
             finally:
                 agent.buffer.rng = saved
-        scalars, histograms = agent.model.dynamics.diagnostics(batch)
+        scalars, histograms = agent.model.diagnostics(batch)
         if self.writer is not None:
             step = agent.num_timesteps
             for key, value in scalars.items():

@@ -15,6 +15,7 @@ bad input prints one line on stderr and exits 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import subprocess
@@ -89,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"{docs['world_model']}: {', '.join(dynamics_names())} (default: "
         f"{defaults.world_model})",
     )
+    parser.add_argument(
+        "--attention",
+        default=None,
+        metavar="KERNEL",
+        help="attention kernel of the geodesic world model's heads: softmax (covariant "
+        "softmax, seed 003), inverse_distance (HIDA, seed 000) or krr (kernel ridge "
+        "regression, seed 001); sets [dynamics] attention (default: softmax)",
+    )
     add("--steps", "steps", type=int, metavar="N")
     add("--seed", "seed", type=int, metavar="S")
     add("--logdir", "logdir", metavar="DIR")
@@ -110,8 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    """Defaults < --config FILE < explicit flags."""
+    """Defaults < --config FILE < explicit flags. A --world-model flag is known before the
+    file is read, so the file's [dynamics] section is checked against that world model."""
     data: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    if args.world_model is not None and isinstance(data, dict):
+        train = data.get("train", {})
+        if isinstance(train, dict):
+            data = {**data, "train": {**train, "world_model": args.world_model}}
     config = RunConfig.from_dict(data)
     flags = {
         field: getattr(args, flag)
@@ -120,6 +134,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     }
     if flags:
         config = RunConfig.from_dict({"train": flags}, base=config)
+    if args.attention is not None:
+        if "attention" not in {f.name for f in dataclasses.fields(config.dynamics)}:
+            raise ConfigError(
+                f"--attention applies to the geodesic world model, not {config.train.world_model!r}"
+            )
+        config = RunConfig.from_dict({"dynamics": {"attention": args.attention}}, base=config)
     return config
 
 
@@ -127,11 +147,14 @@ def make_run_dir(config: RunConfig) -> Path:
     tc = config.train
     stem = f"{tc.env_id.replace('/', '-')}__{tc.world_model}__{tc.seed}__{int(time.time())}"
     base = Path(tc.logdir)
+    base.mkdir(parents=True, exist_ok=True)
     run_dir, k = base / stem, 1
-    while run_dir.exists():
-        run_dir, k = base / f"{stem}-{k}", k + 1
-    run_dir.mkdir(parents=True)
-    return run_dir
+    while True:  # mkdir is the test: two runs started in the same second get distinct folders
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            run_dir, k = base / f"{stem}-{k}", k + 1
 
 
 def _git_commit() -> dict[str, Any]:
@@ -190,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume is not None:
             given = [
                 f"--{flag.replace('_', '-')}"
-                for flag in ("env", "world_model", "seed", "logdir", "config")
+                for flag in ("env", "world_model", "seed", "logdir", "config", "attention")
                 if getattr(args, flag) is not None
             ]
             if given:

@@ -45,6 +45,7 @@ window (texture, level 1). Kick heads query at macro level, drift heads at textu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,7 @@ MACRO, TEXTURE = 0, 1
 _ENCODERS = ("mlp", "linear", "identity")
 _DRIFTS = ("geodesic", "euclidean")
 _FORCES = ("potential", "field")
+_ATTENTIONS = ("softmax", "inverse_distance", "krr")
 _CONTROLS = ("linear", "mlp")
 
 
@@ -119,8 +121,9 @@ class GeodesicConfig(DynamicsConfig):
     """prototypes M in the macro-level pool"""
     feature_dim: int = 16
     """key/value feature size of every context entry"""
-    window: int = 0
-    """texture entries: latent states of the last `window` env steps (needs history; 0 = none)"""
+    window: int = 4
+    """texture entries: latent states of the last `window` env steps before a rollout's root
+    (the agent hands them over: Dynamics.history_length; 0 = none)"""
     d_k: int = 16
     """size of each head's gauge fields (multiple of 4 n_colors)"""
     n_colors: int = 2
@@ -145,7 +148,10 @@ class GeodesicConfig(DynamicsConfig):
     string_tension: tuple[float, float] = (1.0, 0.01)
     """initial sigma(macro), sigma(texture) of area-law screening (Prop 100)"""
     chirality: float = 0.0
-    """initial chiral mixing strength kappa (0: identity; the gate needs a value gradient)"""
+    """initial chiral mixing strength kappa (0: identity; learned)"""
+    value_gradient: bool = True
+    """feed grad_z V (the agent's value estimate at the rollout's root) to the chiral projector
+    (seed 003 Def 285); False: no projector, no chiral gate"""
     force: str = "potential"
     """kick force: 'potential' (the kick head reads a scalar potential Phi(z) from the force
     bank and the force is -grad Phi by autograd: conservative, so the learned dynamics keep
@@ -182,6 +188,8 @@ class GeodesicConfig(DynamicsConfig):
                 raise ValueError(f"GeodesicConfig.{name} must be an integer >= 0, got {value!r}")
         if self.encoder not in _ENCODERS:
             raise ValueError(f"GeodesicConfig.encoder must be one of {_ENCODERS}")
+        if self.attention not in _ATTENTIONS:
+            raise ValueError(f"GeodesicConfig.attention must be one of {_ATTENTIONS}")
         if self.force not in _FORCES:
             raise ValueError(f"GeodesicConfig.force must be one of {_FORCES}")
         if self.drift not in _DRIFTS:
@@ -242,6 +250,14 @@ class GeodesicContext:
     correction_bank: ContextBank
     value_grad: Tensor | None = None
     records: list[AttentionRecord] | None = field(default=None)
+
+    def value_grad_for(self, batch: int) -> Tensor | None:
+        """value_grad for `batch` queries: a context built from a root of batch 1 (a plan) is
+        shared by every sampled trajectory. -> [batch, d] or None."""
+        g = self.value_grad
+        if g is None or g.shape[0] == batch:
+            return g
+        return g.expand(batch, -1)
 
 
 class GeodesicCrossAttention(nn.Module):
@@ -343,7 +359,7 @@ class GeodesicCrossAttention(nn.Module):
         queries = CovariantQueries(
             positions=z,
             features=torch.cat([z, poincare.logmap0(z)], dim=-1),
-            value_grad=context.value_grad,
+            value_grad=context.value_grad_for(z.shape[0]),
         )
         out, rec = self.kick_head(queries, context.force, lines)
         if record and context.records is not None:
@@ -382,7 +398,7 @@ class GeodesicCrossAttention(nn.Module):
                 positions=z,
                 features=state_features(z, p),
                 velocity=v,
-                value_grad=context.value_grad,
+                value_grad=context.value_grad_for(z.shape[0]),
             )
             lines = self.lines(z) if lines is None else lines
             out, rec = self.drift_head(queries, context.correction, lines)  # [B, d]
@@ -412,7 +428,7 @@ class GeodesicCrossAttention(nn.Module):
             queries = CovariantQueries(
                 positions=z,
                 features=torch.cat([z, p / poincare.conformal_factor(z)], dim=-1),
-                value_grad=context.value_grad,
+                value_grad=context.value_grad_for(z.shape[0]),
             )
             prepared = self.thermostat_head.prepare(noise_bank, lines=context.force.lines)
             out, _ = self.thermostat_head(queries, prepared)
@@ -479,6 +495,8 @@ class GeodesicDynamics(Dynamics):
             d, PrototypeConfig(cfg.prototypes, cfg.feature_dim, cfg.prototype_init_scale)
         )
         self.window = TrajectoryWindow(d, cfg.feature_dim, TEXTURE) if cfg.window > 0 else None
+        self.history_length = cfg.window  # the agent hands the last `window` observations
+        self.uses_value_gradient = cfg.value_gradient  # and its value estimate, for chirality
         self.integrator = GeodesicCrossAttention(cfg, action_dim)
 
     # ------------------------------------------------------------------ interface
@@ -501,24 +519,54 @@ class GeodesicDynamics(Dynamics):
         history: GeodesicState | None = None,
         history_mask: Tensor | None = None,
         value_grad: Tensor | None = None,
+        value_fn: Callable[[GeodesicState], Tensor] | None = None,
     ) -> GeodesicContext:
         """Banks for one rollout: prototypes (macro) plus, given `history` [B, W] (oldest first)
-        with `history_mask` [B, W], the recent trajectory window (texture)."""
-        force_bank = self.prototypes.force_bank()
-        correction_bank = self.prototypes.correction_bank()
-        if self.window is not None and history is not None:
-            window_force, window_correction = self.window.banks(history.z, history.p, history_mask)
-            force_bank = ContextBank.cat([force_bank, window_force])
-            correction_bank = ContextBank.cat([correction_bank, window_correction])
+        with `history_mask` [B, W], the recent trajectory window (texture). The chiral
+        projector's direction comes from `value_grad` [B, d], or from grad_z V at the root state
+        when the agent passes its value estimate `value_fn` (seed 003 Def 285: n = P grad V);
+        the direction is an input to the heads, computed once per rollout and not trained
+        through."""
+        if value_grad is None and value_fn is not None:
+            value_grad = self._value_gradient(state, value_fn)
         integ = self.integrator
-        lines = integ.lines(force_bank.positions)  # both banks hold the same entries
+        force_bank = self.prototypes.force_bank()  # [1, M]: shared by every rollout
+        correction_bank = self.prototypes.correction_bank()
+        window = None
+        if self.window is not None and history is not None:
+            window = self.window.banks(history.z, history.p, history_mask)  # [B, W] each
+        if window is not None and self.config.attention == "krr":  # one ridge system for all
+            force_bank = ContextBank.cat([force_bank, window[0]])
+            correction_bank = ContextBank.cat([correction_bank, window[1]])
+            window = None
+        lines = integ.lines(force_bank.positions)  # one line per entry, shared by both banks
+        force = integ.kick_head.prepare(force_bank, lines=lines)
+        correction = integ.drift_head.prepare(correction_bank, lines=lines)
+        if window is not None:  # prototypes prepared once, the window per sample
+            w_lines = integ.lines(history.z)  # [B, W, r, r]
+            force = PreparedContext.cat([force, integ.kick_head.prepare(window[0], lines=w_lines)])
+            correction = PreparedContext.cat(
+                [correction, integ.drift_head.prepare(window[1], lines=w_lines)]
+            )
+            force_bank = ContextBank.cat([force_bank, window[0]])
+            correction_bank = ContextBank.cat([correction_bank, window[1]])
         return GeodesicContext(
-            force=integ.kick_head.prepare(force_bank, lines=lines),
-            correction=integ.drift_head.prepare(correction_bank, lines=lines),
+            force=force,
+            correction=correction,
             force_bank=force_bank,
             correction_bank=correction_bank,
             value_grad=value_grad,
         )
+
+    def _value_gradient(
+        self, state: GeodesicState, value_fn: Callable[[GeodesicState], Tensor]
+    ) -> Tensor:
+        """grad_z V(z, p) at the rollout's root, detached: [B, d]."""
+        with torch.enable_grad():
+            z = state.z.detach().requires_grad_(True)
+            value = value_fn(GeodesicState(z, state.p.detach()))
+            (grad,) = torch.autograd.grad(value.sum(), z)
+        return grad.detach()
 
     def next(
         self,
@@ -537,6 +585,80 @@ class GeodesicDynamics(Dynamics):
         out = GeodesicState(z, p)
         out._step_cache = (ctx, new_cache)  # kick force + lines at z', for the next step
         return out
+
+    @torch.no_grad()
+    def diagnostics(
+        self,
+        batch: Any,
+        value_fn: Callable[[GeodesicState], Tensor] | None = None,
+        max_states: int = 64,
+    ) -> tuple[dict[str, float], dict[str, Tensor]]:
+        """Seed 003's nodes 67-70 on one forward pass of the kick head (macro-level queries over
+        the force bank: prototypes plus, with history, the texture window), and the drift head's
+        gauge check; physical parameters; histograms of |z| and tau(z).
+
+        States come from the batch's first observations (at most `max_states`); without a batch
+        (a run too short to fill one) the queries sit at the prototypes. Scalars:
+        node67_gauge_invariance (max over both heads), node68_metric_temperature (softmax
+        kernel only), node69_chirality_violation and node69_degenerate_fraction (when the
+        projector has a value gradient), node70_texture_leakage (0 when there is no texture).
+        """
+        from world_model import diagnostics as nodes
+
+        if batch is not None:
+            state = self.encode(batch.obs[0][:max_states])
+            history = mask = None
+            if self.window is not None and batch.history_obs is not None:
+                hist_obs = batch.history_obs[:, :max_states]  # [W, B, O]
+                w, b = hist_obs.shape[:2]
+                hist = self.encode(hist_obs.flatten(0, 1)).unflatten((w, b))
+                history = hist.map(lambda t: t.transpose(0, 1))
+                mask = batch.history_mask[:, :max_states].transpose(0, 1)
+        else:
+            z = self.prototypes.positions.detach().as_subclass(torch.Tensor)[:max_states]
+            state, history, mask = GeodesicState(z, torch.zeros_like(z)), None, None
+        ctx = self.context(state, history, mask, value_fn=value_fn)
+        integ = self.integrator
+        z = state.z
+        queries = CovariantQueries(
+            positions=z,
+            features=torch.cat([z, poincare.logmap0(z)], dim=-1),
+            value_grad=ctx.value_grad,
+        )
+        _, record = integ.kick_head(queries, ctx.force)
+        scalars: dict[str, float] = {}
+        gauge = nodes.gauge_invariance_check(
+            integ.kick_head, queries, ctx.force_bank, generator=torch.Generator().manual_seed(0)
+        )
+        drift_queries = CovariantQueries(
+            positions=z,
+            features=state_features(z, state.p),
+            velocity=state.p * poincare.inverse_metric_factor(z),
+        )
+        gauge_drift = nodes.gauge_invariance_check(
+            integ.drift_head,
+            drift_queries,
+            ctx.correction_bank,
+            generator=torch.Generator().manual_seed(1),
+        )
+        scalars["node67_gauge_invariance"] = max(gauge.value, gauge_drift.value)
+        scalars["node67_relative"] = max(gauge.extra["relative"], gauge_drift.extra["relative"])
+        if record.tau is not None:
+            scalars["node68_metric_temperature"] = nodes.metric_temperature_consistency_check(
+                record
+            ).value
+        if record.projectors is not None:
+            chir = nodes.chirality_violation_check(record)
+            scalars["node69_chirality_violation"] = chir.value
+            scalars["node69_degenerate_fraction"] = chir.extra["degenerate_fraction"]
+        scalars["node70_texture_leakage"] = nodes.texture_leakage_check(record).value
+        scalars["friction"] = float(integ.friction)
+        scalars["confinement"] = float(integ.confinement)
+        scalars["chirality_strength"] = float(integ.kick_head.chirality_strength)
+        norms = z.norm(dim=-1)
+        scalars["z_norm_max"] = float(norms.max())
+        tau = poincare.metric_temperature(z, self.config.d_k).squeeze(-1)
+        return scalars, {"z_norm": norms, "tau": tau}
 
     def features(self, state: GeodesicState) -> Tensor:
         """(z, log_0 z, p / lambda(z), p) [B, 4d]: the position as a ball point and as a tangent

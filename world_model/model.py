@@ -155,7 +155,9 @@ class Dynamics(nn.Module):
       `uses_value_gradient`: `value_fn` (state -> V(state) [B, 1], the agent's current value
       estimate, for dynamics that differentiate it, e.g. a chiral projector).
     - `on_transition(transition)`: called on every env transition (memory, prototypes); no-op.
-    - `diagnostics(batch) -> (scalars, histograms)`: logged under `diagnostics/`; default empty.
+    - `diagnostics(batch, **inputs) -> (scalars, histograms)`: logged under `diagnostics/`
+      every N updates and at the end of every run (batch None when the buffer cannot fill one
+      yet); `value_fn` as for `context` when uses_value_gradient; default empty.
     - `parameter_groups() -> {"encoder": [...], "dynamics": [...]}`: the encoder's learning
       rate is scaled (TD-MPC2); default everything in "dynamics".
 
@@ -192,7 +194,7 @@ class Dynamics(nn.Module):
     def on_transition(self, transition: Transition) -> None:
         return None
 
-    def diagnostics(self, batch: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
+    def diagnostics(self, batch: Any, **inputs: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
         return {}, {}
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
@@ -403,6 +405,12 @@ class WorldModel(nn.Module):
         if dyn.uses_value_gradient:
             inputs["value_fn"] = self.value
         return dyn.context(state, **inputs)
+
+    def diagnostics(self, batch: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
+        """The dynamics' diagnostics (Dynamics.diagnostics), with value_fn when it asks."""
+        if self.dynamics.uses_value_gradient:
+            return self.dynamics.diagnostics(batch, value_fn=self.value)
+        return self.dynamics.diagnostics(batch)
 
     @property
     def history_length(self) -> int:

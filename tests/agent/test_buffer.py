@@ -156,3 +156,12 @@ def _episode_of(step: int, lengths=(7, 3, 12, 5, 9, 6)) -> int:
             return e
         step -= length
     raise ValueError(step)
+
+
+def test_history_of_a_young_buffer_does_not_index_past_its_storage():
+    """Early in training the storage holds fewer slots than the capacity; history steps before
+    the first transition are masked, never looked up."""
+    buffer = ReplayBuffer(obs_dim=2, action_dim=1, capacity=1_000_000, seed=2)
+    fill(buffer, [5])
+    batch = buffer.sample(batch_size=16, horizon=2, history=6)
+    assert not batch.history_mask[0].any()  # 6 steps back is before step 0 for every start

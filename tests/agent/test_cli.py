@@ -246,3 +246,20 @@ def test_help_documents_every_flag():
         assert " ".join(docs[field].split()) in text
     for flag in ("--resume", "--config"):
         assert flag in text
+
+
+def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
+    """`--world-model geodesic --config f.toml` with geodesic keys in [dynamics] is accepted;
+    a key the chosen world model does not have is one clear line, exit 2."""
+    from agent.train import build_parser, config_from_args
+
+    good = tmp_path / "geo.toml"
+    good.write_text('[dynamics]\nforce = "field"\n')
+    args = build_parser().parse_args(
+        ["--world-model", "geodesic", "--config", str(good), "--attention", "krr"]
+    )
+    config = config_from_args(args)
+    assert config.dynamics.force == "field" and config.dynamics.attention == "krr"
+    bad = run_cli("agent.train", "--config", str(good), "--steps", "10")  # GRU has no force
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "force" in bad.stderr

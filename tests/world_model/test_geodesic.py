@@ -303,3 +303,17 @@ def test_every_attention_kernel_drives_the_model(attention):
     dyn.features(out).square().sum().backward()
     assert torch.isfinite(out.z).all() and torch.isfinite(out.p).all()
     assert all(torch.isfinite(p.grad).all() for p in dyn.parameters() if p.grad is not None)
+
+
+def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
+    """The planner builds the context from a root of batch 1 (value gradient, history window
+    included) and rolls out N samples with it."""
+    from world_model.model import WorldModel
+
+    dyn = small(window=2)
+    model = WorldModel(6, 2, dyn)
+    root = model.encode(torch.randn(1, 6))
+    ctx = model.context(root, torch.randn(2, 1, 6), torch.ones(2, 1, dtype=torch.bool))
+    assert ctx.value_grad.shape == (1, 4)
+    out = model.next(root.expand(12), torch.rand(12, 2), ctx)
+    assert out.z.shape == (12, 4) and torch.isfinite(out.p).all()

@@ -33,7 +33,7 @@ kappa = 0) is standard attention W_O softmax(QK^T / sqrt(d_k)) V through this sa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -347,6 +347,46 @@ class PreparedContext:
     @property
     def batch_size(self) -> int:
         return self.positions.shape[0]
+
+    @staticmethod
+    def cat(parts: Sequence[PreparedContext]) -> PreparedContext:
+        """Join banks prepared separately (a shared B = 1 provider, e.g. prototypes, and a
+        per-sample one, e.g. a trajectory window) along the entry axis, broadcasting B = 1 parts
+        (as ContextBank.cat): each entry keeps the one Wilson line it was prepared with. Not for
+        the KRR kernel, whose ridge system couples all entries (prepare the joined bank)."""
+        if any(p.ridge_inverse is not None for p in parts):
+            raise ValueError("PreparedContext.cat: KRR banks must be prepared joined")
+        batch = max(p.batch_size for p in parts)
+
+        def joined(name: str) -> Tensor:
+            ts = [getattr(p, name) for p in parts]
+            return torch.cat([t.expand(batch, *t.shape[1:]) for t in ts], dim=1)
+
+        masks = None
+        if any(p.mask is not None for p in parts):
+            masks = torch.cat(
+                [
+                    (
+                        p.mask
+                        if p.mask is not None
+                        else torch.ones(
+                            p.positions.shape[:2], dtype=torch.bool, device=p.positions.device
+                        )
+                    ).expand(batch, -1)
+                    for p in parts
+                ],
+                dim=1,
+            )
+        return PreparedContext(
+            positions=joined("positions"),
+            levels=joined("levels"),
+            mask=masks,
+            key_fields=joined("key_fields"),
+            keys=joined("keys"),
+            values=joined("values"),
+            lines=joined("lines"),
+            charged=any(p.charged for p in parts),
+        )
 
 
 @dataclass
