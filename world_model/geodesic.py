@@ -587,22 +587,19 @@ class GeodesicDynamics(Dynamics):
         return out
 
     @torch.no_grad()
-    def diagnostics(
+    def node_reports(
         self,
-        batch: Any,
+        batch: Any = None,
         value_fn: Callable[[GeodesicState], Tensor] | None = None,
         max_states: int = 64,
-    ) -> tuple[dict[str, float], dict[str, Tensor]]:
-        """Seed 003's nodes 67-70 on one forward pass of the kick head (macro-level queries over
-        the force bank: prototypes plus, with history, the texture window), and the drift head's
-        gauge check; physical parameters; histograms of |z| and tau(z).
-
-        States come from the batch's first observations (at most `max_states`); without a batch
-        (a run too short to fill one) the queries sit at the prototypes. Scalars:
-        node67_gauge_invariance (max over both heads), node68_metric_temperature (softmax
-        kernel only), node69_chirality_violation and node69_degenerate_fraction (when the
-        projector has a value gradient), node70_texture_leakage (0 when there is no texture).
-        """
+    ) -> tuple[list[Any], GeodesicState]:
+        """Seed 003's nodes 67-70 (world_model.diagnostics.NodeReport, with thresholds and the
+        seed's remedy) on one forward pass of the kick head: macro-level queries over the force
+        bank (prototypes plus, with history, the texture window); node 67 also checks the drift
+        head and reports the worse of the two. States come from the batch's first observations
+        (at most `max_states`); without a batch (a run too short to fill one) the queries sit at
+        the prototypes. Node 68 needs the softmax kernel, node 69 a value gradient (value_fn).
+        Returns (reports, the query states)."""
         from world_model import diagnostics as nodes
 
         if batch is not None:
@@ -626,7 +623,6 @@ class GeodesicDynamics(Dynamics):
             value_grad=ctx.value_grad,
         )
         _, record = integ.kick_head(queries, ctx.force)
-        scalars: dict[str, float] = {}
         gauge = nodes.gauge_invariance_check(
             integ.kick_head, queries, ctx.force_bank, generator=torch.Generator().manual_seed(0)
         )
@@ -641,23 +637,44 @@ class GeodesicDynamics(Dynamics):
             ctx.correction_bank,
             generator=torch.Generator().manual_seed(1),
         )
-        scalars["node67_gauge_invariance"] = max(gauge.value, gauge_drift.value)
-        scalars["node67_relative"] = max(gauge.extra["relative"], gauge_drift.extra["relative"])
+        reports = [max(gauge, gauge_drift, key=lambda r: r.value)]
         if record.tau is not None:
-            scalars["node68_metric_temperature"] = nodes.metric_temperature_consistency_check(
-                record
-            ).value
+            reports.append(nodes.metric_temperature_consistency_check(record))
         if record.projectors is not None:
-            chir = nodes.chirality_violation_check(record)
-            scalars["node69_chirality_violation"] = chir.value
-            scalars["node69_degenerate_fraction"] = chir.extra["degenerate_fraction"]
-        scalars["node70_texture_leakage"] = nodes.texture_leakage_check(record).value
-        scalars["friction"] = float(integ.friction)
-        scalars["confinement"] = float(integ.confinement)
-        scalars["chirality_strength"] = float(integ.kick_head.chirality_strength)
-        norms = z.norm(dim=-1)
+            reports.append(nodes.chirality_violation_check(record))
+        reports.append(nodes.texture_leakage_check(record))
+        return reports, state
+
+    def diagnostics(
+        self,
+        batch: Any,
+        value_fn: Callable[[GeodesicState], Tensor] | None = None,
+        max_states: int = 64,
+    ) -> tuple[dict[str, float], dict[str, Tensor]]:
+        """Scalars for TensorBoard (`diagnostics/...`): node67_gauge_invariance (and its value
+        relative to the largest score), node68_metric_temperature, node69_chirality_violation
+        and node69_degenerate_fraction, node70_texture_leakage (see node_reports), friction,
+        confinement, chirality strength, the largest |z|; histograms of |z| and tau(z)."""
+        reports, state = self.node_reports(batch, value_fn, max_states)
+        names = {
+            67: "node67_gauge_invariance",
+            68: "node68_metric_temperature",
+            69: "node69_chirality_violation",
+            70: "node70_texture_leakage",
+        }
+        scalars: dict[str, float] = {names[r.node]: r.value for r in reports}
+        for r in reports:
+            if r.node == 67:
+                scalars["node67_relative"] = r.extra["relative"]
+            if r.node == 69:
+                scalars["node69_degenerate_fraction"] = r.extra["degenerate_fraction"]
+        integ = self.integrator
+        scalars["friction"] = float(integ.friction.detach())
+        scalars["confinement"] = float(integ.confinement.detach())
+        scalars["chirality_strength"] = float(integ.kick_head.chirality_strength.detach())
+        norms = state.z.norm(dim=-1)
         scalars["z_norm_max"] = float(norms.max())
-        tau = poincare.metric_temperature(z, self.config.d_k).squeeze(-1)
+        tau = poincare.metric_temperature(state.z, self.config.d_k).squeeze(-1)
         return scalars, {"z_norm": norms, "tau": tau}
 
     def features(self, state: GeodesicState) -> Tensor:
