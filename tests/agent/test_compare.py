@@ -1,0 +1,294 @@
+"""`python -m agent.compare`: a tiny real comparison (geodesic, GRU and SAC) read back from
+results.json, the PNG and the TensorBoard runs; a compared run trains exactly as agent.train trains
+it and its evaluation is agent.evaluate's; Ctrl-C keeps what finished; bad input is one line and
+exit 2 with nothing written."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from agent import compare
+from agent import train as train_cli
+from agent.agent import Agent, make_run_env
+from agent.checkpoint import load_checkpoint
+from agent.config import ConfigError
+from agent.evaluate import run_episodes
+from agent.loop import CHECKPOINT_NAME
+from tests.agent.conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+WORST_STEP = -16.3  # Pendulum-v1's lowest reward per step (about -16.27)
+
+# one config for both world models: shared [dynamics] keys, then each one's own sub-table
+TINY_DYNAMICS = {
+    "latent_dim": 16,
+    "encoder_dim": 16,
+    "gru": {"input_dim": 16},
+    "geodesic": {"latent_dim": 4, "prototypes": 8, "feature_dim": 8, "d_k": 8, "window": 2},
+}
+
+
+def write_config(path: Path, **sections) -> Path:
+    path.write_text(json.dumps({**tiny(**sections), "dynamics": TINY_DYNAMICS}))
+    return path
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.compare", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def eval_steps(run_dir: str) -> list[int]:
+    events = EventAccumulator(run_dir, size_guidance={"scalars": 0}).Reload()
+    return [e.step for e in events.Scalars("eval/mean_return")]
+
+
+# ----------------------------------------------------------------------- the real thing
+
+
+@pytest.mark.slow
+def test_geodesic_gru_and_sac_side_by_side(tmp_path):
+    config = write_config(tmp_path / "tiny.json")
+    out = tmp_path / "cmp"
+    done = run_cli(
+        "--seeds", "1", "--steps", "150", "--at", "100", "--episodes", "2",
+        "--config", str(config), "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert [line.split("]")[0] for line in progress] == [f"[{k}/6" for k in range(1, 7)]
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "done"
+    assert results["methods"] == ["geodesic", "gru", "sac"]
+    assert results["points"] == [100, 150] and results["eval_seeds"] == [10_000, 10_001]
+    runs = {run["method"]: run for run in results["runs"]}
+    assert set(runs) == {"geodesic", "gru", "sac"}
+    for method, run in runs.items():
+        assert run["seed"] == 1 and run["status"] == "done"
+        assert [p["step"] for p in run["points"]] == [100, 150]
+        for p in run["points"]:
+            assert len(p["returns"]) == 2
+            assert all(WORST_STEP * 50 <= r <= 0 for r in p["returns"]), (method, p)
+            assert p["mean"] == pytest.approx(np.mean(p["returns"]))
+            assert p["eval_s"] > 0 and p["train_cpu_s"] > 0
+        first, last = run["points"]
+        assert 0 <= first["train_s"] < last["train_s"]
+        if method == "sac":
+            assert first["plan_ms"] is None and first["updates"] is None
+        else:
+            assert first["plan_ms"] > 0 and first["update_ms"] > 0
+            assert 0 < first["updates"] < last["updates"]
+        # TensorBoard: one run per method, evaluations at the points
+        assert Path(run["run_dir"]).parent == out / "runs"
+        assert Path(run["run_dir"]).name.startswith(f"Pendulum-v1__{method}__1__")
+        assert eval_steps(run["run_dir"]) == [100, 150]
+    tags = EventAccumulator(runs["geodesic"]["run_dir"]).Reload().Tags()["scalars"]
+    for node in ("node67_gauge_invariance", "node68_metric_temperature", "node70_texture_leakage"):
+        assert f"diagnostics/{node}" in tags
+
+    summary = {(row["method"], row["step"]): row for row in results["summary"]}
+    assert len(summary) == 6
+    for (method, step), row in summary.items():
+        point = next(p for p in runs[method]["points"] if p["step"] == step)
+        assert row["mean"] == pytest.approx(point["mean"]) and row["std"] == 0.0
+        assert row["per_seed"] == {"1": pytest.approx(point["mean"])}
+        sac_s = next(p for p in runs["sac"]["points"] if p["step"] == step)["train_s"]
+        if method == "sac":
+            assert row["ratio_to_sac"] is None
+        elif sac_s > 0:
+            assert row["ratio_to_sac"] == pytest.approx(point["train_s"] / sac_s)
+
+    table = done.stdout
+    for method in ("geodesic", "gru", "sac"):
+        row = summary[(method, 150)]
+        assert f"| {method}" in table and f"{row['mean']:.1f} ± 0.0" in table
+    assert f"results: {out / 'results.json'}" in table
+
+    image = imread(out / "learning_curves.png")
+    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300
+    assert image.std() > 0  # something is drawn
+
+
+def test_a_compared_run_trains_as_agent_train_and_evaluates_as_agent_evaluate(tmp_path, capsys):
+    """Evaluating at points from a callback leaves the training streams alone: the compared
+    GRU run ends with the buffer and weights of a plain agent.train run of the same config, and
+    its last evaluation returns what agent.evaluate's run_episodes returns for that run."""
+    config = tmp_path / "tiny.json"  # GRU keys only: agent.train reads this file too
+    config.write_text(json.dumps(tiny()))
+    out = tmp_path / "cmp"
+    argv = ["--world-models", "gru", "--no-sac", "--seeds", "1", "--steps", "120", "--at", "70"]
+    assert compare.main([*argv, "--episodes", "2", "--config", str(config), "--out", str(out)]) == 0
+    logdir = tmp_path / "runs"
+    assert train_cli.main(["--config", str(config), "--steps", "120", "--logdir", str(logdir)]) == 0
+    capsys.readouterr()
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["methods"] == ["gru"] and len(results["runs"]) == 1
+    (run,) = results["runs"]
+    assert [p["step"] for p in run["points"]] == [70, 120]
+    compared = load_checkpoint(Path(run["run_dir"]) / CHECKPOINT_NAME)["agent"]
+    (plain_dir,) = logdir.iterdir()
+    plain = load_checkpoint(plain_dir / CHECKPOINT_NAME)["agent"]
+    for key in ("obs", "action", "reward", "next_obs"):
+        assert np.array_equal(compared["buffer"][key], plain["buffer"][key]), key
+    for name, tensor in plain["model"].items():
+        assert np.array_equal(compared["model"][name], tensor), name
+
+    agent = Agent.load(plain_dir / CHECKPOINT_NAME)
+    expected = run_episodes(agent, make_run_env(agent.config, seed=None), 2, 10_000)
+    assert run["points"][-1]["returns"] == expected.tolist()
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_every_finished_evaluation(tmp_path):
+    config = write_config(tmp_path / "tiny.json")
+    out = tmp_path / "cmp"
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "agent.compare", "--world-models", "gru", "--no-sac",
+            "--seeds", "2", "--steps", "100000", "--at", "80", "--episodes", "1",
+            "--config", str(config), "--out", str(out),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    results = out / "results.json"
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # the first evaluation is written: training goes on
+            if results.exists() and json.loads(results.read_text())["runs"][0]["points"]:
+                break
+            time.sleep(0.3)
+        else:
+            pytest.fail("no evaluation within 120 s")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    saved = json.loads(results.read_text())
+    assert saved["status"] == "interrupted"
+    (run,) = saved["runs"]  # seed 2 never started
+    assert run["status"] == "interrupted" and [p["step"] for p in run["points"]] == [80]
+    assert (Path(run["run_dir"]) / CHECKPOINT_NAME).exists()
+    assert "| gru" in stdout and (out / "learning_curves.png").exists()
+
+
+# ----------------------------------------------------------------------- configuration
+
+
+def test_evaluation_points():
+    assert compare.default_points(5000) == (1000, 2500, 5000)
+    assert compare.default_points(300) == (300,)
+    assert compare.default_points(10_000) == (1000, 2500, 5000, 10_000)
+    assert compare.CompareConfig(steps=300).points == (300,)
+    assert compare.CompareConfig(steps=150, points=(100, 40, 100)).points == (40, 100, 150)
+
+
+def test_dynamics_sub_tables_go_to_their_world_model_only():
+    config = compare.CompareConfig(
+        seeds=2, world_models=("geodesic", "gru"), overrides={"dynamics": TINY_DYNAMICS}
+    )
+    geodesic = config.run_config("geodesic", seed=2)
+    gru = config.run_config("gru", seed=2)
+    assert geodesic.train.world_model == "geodesic" and geodesic.train.seed == 2
+    assert geodesic.dynamics.latent_dim == 4 and geodesic.dynamics.prototypes == 8
+    assert gru.dynamics.latent_dim == 16 and gru.dynamics.input_dim == 16
+    assert gru.train.eval_every == 0 and gru.train.eval_episodes == config.episodes
+    with pytest.raises(ConfigError, match=r"world model 'geodesic': unknown key 'input_dim'"):
+        compare.CompareConfig(overrides={"dynamics": {"input_dim": 16}})
+
+
+# ----------------------------------------------------------------------- bad input
+
+
+def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
+    missing = tmp_path / "missing.json"
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[train\nsteps = ")
+    shared_gru_key = tmp_path / "gru_key.json"
+    shared_gru_key.write_text(json.dumps({"dynamics": {"input_dim": 16}}))
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "results.json").write_text("{}")
+    return [
+        (["--env", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+        (["--env", "CartPole-v1"], "discrete"),
+        (["--world-models", "nope"], "unknown world model 'nope'; available: "),
+        (["--world-models", "sac"], "SAC is not a world model"),
+        (["--world-models", "gru", "gru"], "names a world model twice"),
+        (["--seeds", "0"], "--seeds must be a positive integer, got 0"),
+        (["--seeds", "three"], "invalid int value: 'three'"),
+        (["--episodes", "0"], "--episodes must be a positive integer"),
+        (["--at", "0", "100"], "every --at value must be a positive integer, got 0"),
+        (["--at", "6000", "--steps", "5000"], "--at 6000 lies beyond --steps 5000"),
+        (["--at"], "expected at least one argument"),
+        (["--config", str(missing)], "does not exist"),
+        (["--config", str(broken)], "is not valid"),
+        (["--config", str(shared_gru_key)], "world model 'geodesic': unknown key 'input_dim'"),
+        (["--out", str(taken)], "already holds a comparison"),
+    ]
+
+
+def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys):
+    out = tmp_path / "out"
+    for argv, expected in _bad_cases(tmp_path):
+        argv = argv if "--out" in argv else [*argv, "--out", str(out)]
+        try:
+            code = compare.main(argv)
+        except SystemExit as exit_:  # argparse
+            code = exit_.code
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert code == 2, (argv, captured.err)
+        assert len(lines) == 1 and expected in lines[0], (argv, captured.err)
+        assert lines[0].startswith("python -m agent.compare: error: ")
+        assert "Traceback" not in captured.err and captured.out == ""
+    assert not out.exists()  # nothing written for a comparison that never started
+    assert (tmp_path / "taken" / "results.json").read_text() == "{}"
+
+
+def test_bad_input_in_a_real_process(tmp_path):
+    bad = run_cli("--world-models", "gru", "nope", "--out", str(tmp_path / "out"), timeout=120)
+    assert bad.returncode == 2 and bad.stdout == ""
+    (line,) = bad.stderr.strip().splitlines()
+    assert "unknown world model 'nope'" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_results_hold_no_non_finite_numbers_for_sac_only_columns(tmp_path):
+    """A comparison without SAC writes null ratios (valid JSON), and the table shows them as —."""
+    config = compare.CompareConfig(world_models=("gru",), sac=False, steps=10, seeds=1)
+    comparison = compare.Comparison(config, tmp_path)
+    run = compare.MethodRun("gru", 1, str(tmp_path))
+    run.points.append(compare.PointResult(10, [-5.0, -7.0], 1.0, 1.0, 0.1, 2.0, 3.0, 4))
+    comparison.runs.append(run)
+    data = json.loads(comparison.save().read_text(), parse_constant=pytest.fail)
+    (row,) = data["summary"]
+    assert row["ratio_to_sac"] is None and row["mean"] == -6.0 and math.isfinite(row["train_s"])
+    assert "| gru    | 10        | -6.0 ± 0.0 |" in compare.format_table(comparison)
