@@ -33,7 +33,7 @@ def write_config(path: Path, **sections) -> Path:
     return path
 
 
-def run_cli(module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_cli(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", module, *args],

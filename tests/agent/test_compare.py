@@ -45,7 +45,7 @@ def write_config(path: Path, **sections) -> Path:
     return path
 
 
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "agent.compare", *args],
         cwd=ROOT,

@@ -55,7 +55,7 @@ def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
 
 
