@@ -165,16 +165,43 @@ def _gauss_legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
     return _GAUSS_CACHE[n]
 
 
-def integrated_connection(conn: ConnectionFn, a: Tensor, b: Tensor, n_quad: int = 3) -> Tensor:
-    """H = -int_0^1 A_mu(a + t (b - a)) (b - a)^mu dt along the straight path a -> b, by
-    n_quad-point Gauss-Legendre (exact for connections polynomial of degree < 2 n_quad in x).
-    a, b [..., d] -> [..., k, k]."""
+def _path_integral(fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, n_quad: int):
+    """-int_0^1 fn(a + t (b - a), b - a) dt by n_quad-point Gauss-Legendre (exact for
+    integrands polynomial of degree < 2 n_quad in t)."""
     nodes, weights = _gauss_legendre(n_quad)
     step = b - a
     out = 0.0
     for t, w in zip(nodes, weights, strict=True):
-        out = out - float(w) * conn(a + float(t) * step, step)
+        out = out - float(w) * fn(a + float(t) * step, step)
     return out
+
+
+def _segment_increments(
+    fn: Callable[[Tensor, Tensor], Tensor], a: Tensor, b: Tensor, segments: int
+):
+    """The path-ordered pieces' exponents -fn(mid_s, (b - a) / S) at the S segment midpoints
+    (midpoint rule: error O(S^-3) per piece, O(S^-2) in all): [S, ...]."""
+    if segments < 1:
+        raise ValueError("segments must be >= 1")
+    ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, device=a.device)
+    step = b - a
+    mids = a.unsqueeze(0) + (0.5 * (ts[1:] + ts[:-1])).view(-1, *([1] * a.dim())) * step
+    return -fn(mids, (step / segments).expand_as(mids))
+
+
+def _ordered_product(pieces: Tensor) -> Tensor:
+    """pieces[S-1] @ ... @ pieces[0]: later pieces on the left. [S, ..., n, n] -> [..., n, n]."""
+    u = pieces[0]
+    for s in range(1, pieces.shape[0]):
+        u = pieces[s] @ u
+    return u
+
+
+def integrated_connection(conn: ConnectionFn, a: Tensor, b: Tensor, n_quad: int = 3) -> Tensor:
+    """H = -int_0^1 A_mu(a + t (b - a)) (b - a)^mu dt along the straight path a -> b, by
+    n_quad-point Gauss-Legendre (exact for connections polynomial of degree < 2 n_quad in x).
+    a, b [..., d] -> [..., k, k]."""
+    return _path_integral(conn, a, b, n_quad)
 
 
 def wilson_line(
@@ -196,17 +223,7 @@ def wilson_line(
         return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h
     if mode != "path_ordered":
         raise ValueError(f"unknown Wilson-line mode {mode!r}")
-    if segments < 1:
-        raise ValueError("segments must be >= 1")
-    ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, device=a.device)
-    step = b - a
-    # midpoint rule per segment: H_s = -A(mid_s) . step / S, error O(S^-3) each, O(S^-2) in all
-    mids = a.unsqueeze(0) + (0.5 * (ts[1:] + ts[:-1])).view(-1, *([1] * a.dim())) * step
-    pieces = torch.linalg.matrix_exp(-conn(mids, (step / segments).expand_as(mids)))  # [S,...,k,k]
-    u = pieces[0]
-    for s in range(1, segments):
-        u = pieces[s] @ u
-    return u
+    return _ordered_product(torch.linalg.matrix_exp(_segment_increments(conn, a, b, segments)))
 
 
 def wilson_line_to_origin(
@@ -443,33 +460,22 @@ def wilson_line_in_group(
     coefficients on `group`'s generators, with every exponential in closed form (GaugeGroup).
     Same modes, same quadrature (Gauss-Legendre for the integrated connection, midpoints for the
     path-ordered pieces), same result. a, b [..., d] -> [..., r, r]."""
-    step = b - a
     if mode == "first_order" or mode == "exp":
-        nodes, weights = _gauss_legendre(3)
-        h = 0.0
-        for t, w in zip(nodes, weights, strict=True):
-            h = h - float(w) * coefficients(a + float(t) * step, step)  # [..., G]
-        if mode == "exp":
-            return group_exp(group, h)
-        gens = group.generators(h.dtype).to(h.device)
-        eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)
-        return eye + torch.einsum("...g,gij->...ij", h, gens)
+        h = _path_integral(coefficients, a, b, 3)  # [..., G]
+        return group_exp(group, h) if mode == "exp" else _first_order_line(group, h)
     if mode != "path_ordered":
         raise ValueError(f"unknown Wilson-line mode {mode!r}")
-    if segments < 1:
-        raise ValueError("segments must be >= 1")
-    ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, device=a.device)
-    mids = a.unsqueeze(0) + (0.5 * (ts[1:] + ts[:-1])).view(-1, *([1] * a.dim())) * step
-    h = -coefficients(mids, (step / segments).expand_as(mids))  # [S, ..., G]
-    u_c, u_2, phase = _factor_elements(group, h)
-    # ordered products per factor, later pieces on the left; the abelian phases just multiply
-    prod_2 = u_2[0]
-    prod_c = None if u_c is None else u_c[0]
-    for s in range(1, segments):
-        prod_2 = u_2[s] @ prod_2
-        if u_c is not None:
-            prod_c = u_c[s] @ prod_c
-    return _assemble(prod_c, prod_2, phase.prod(dim=0))
+    u_c, u_2, phase = _factor_elements(group, _segment_increments(coefficients, a, b, segments))
+    # ordered products per factor; the abelian phases just multiply
+    prod_c = None if u_c is None else _ordered_product(u_c)
+    return _assemble(prod_c, _ordered_product(u_2), phase.prod(dim=0))
+
+
+def _first_order_line(group: GaugeGroup, h: Tensor) -> Tensor:
+    """I + sum_g h_g T_g (Prop 97's first-order line): h [..., G] -> [..., r, r]."""
+    gens = group.generators(h.dtype).to(h.device)
+    eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)
+    return eye + torch.einsum("...g,gij->...ij", h, gens)
 
 
 def affine_wilson_line_to_origin(
@@ -494,6 +500,4 @@ def affine_wilson_line_to_origin(
         return group_exp(group, h)
     if mode != "first_order":
         raise ValueError(f"unknown Wilson-line mode {mode!r}")
-    gens = group.generators(h.dtype).to(h.device)
-    eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)
-    return eye + torch.einsum("...g,gij->...ij", h, gens)
+    return _first_order_line(group, h)
