@@ -34,6 +34,17 @@ TINY = {
 }
 
 
+def call_main(main, argv: list[str], capsys) -> tuple[int, list[str], str]:
+    """Call a CLI's main(argv) in-process: (exit code, stderr lines, stdout); argparse's
+    SystemExit is read as the exit code."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.err.strip().splitlines(), captured.out
+
+
 def tiny(**sections) -> dict:
     """TINY with some sections' keys overridden: tiny(train={"steps": 300})."""
     out = copy.deepcopy(TINY)

@@ -23,7 +23,7 @@ from agent import train as train_cli
 from agent.checkpoint import load_checkpoint
 from agent.config import TrainConfig, field_docs
 from agent.loop import CHECKPOINT_NAME, Trainer
-from tests.agent.conftest import tiny
+from tests.agent.conftest import call_main, tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -214,17 +214,10 @@ def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
 def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys):
     logdir = tmp_path / "runs"
     for argv, expected in _bad_cases(tmp_path):
-        try:
-            code = train_cli.main(
-                [*argv, "--logdir", str(logdir)] if "--resume" not in argv else argv
-            )
-        except SystemExit as exit_:  # argparse
-            code = exit_.code
-        err = capsys.readouterr().err
-        lines = err.strip().splitlines()
-        assert code == 2, (argv, err)
-        assert len(lines) == 1 and expected in lines[0], (argv, err)
-        assert "Traceback" not in err
+        argv = [*argv, "--logdir", str(logdir)] if "--resume" not in argv else argv
+        code, lines, _ = call_main(train_cli.main, argv, capsys)
+        assert code == 2, (argv, lines)
+        assert len(lines) == 1 and expected in lines[0], (argv, lines)
     assert not logdir.exists()  # no run folder for a run that never started
 
 

@@ -26,7 +26,7 @@ from agent.checkpoint import load_checkpoint
 from agent.config import ConfigError
 from agent.evaluate import run_episodes
 from agent.loop import CHECKPOINT_NAME
-from tests.agent.conftest import tiny
+from tests.agent.conftest import call_main, tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 WORST_STEP = -16.3  # Pendulum-v1's lowest reward per step (about -16.27)
@@ -259,16 +259,11 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys):
     out = tmp_path / "out"
     for argv, expected in _bad_cases(tmp_path):
         argv = argv if "--out" in argv else [*argv, "--out", str(out)]
-        try:
-            code = compare.main(argv)
-        except SystemExit as exit_:  # argparse
-            code = exit_.code
-        captured = capsys.readouterr()
-        lines = captured.err.strip().splitlines()
-        assert code == 2, (argv, captured.err)
-        assert len(lines) == 1 and expected in lines[0], (argv, captured.err)
+        code, lines, stdout = call_main(compare.main, argv, capsys)
+        assert code == 2, (argv, lines)
+        assert len(lines) == 1 and expected in lines[0], (argv, lines)
         assert lines[0].startswith("python -m agent.compare: error: ")
-        assert "Traceback" not in captured.err and captured.out == ""
+        assert stdout == ""
     assert not out.exists()  # nothing written for a comparison that never started
     assert (tmp_path / "taken" / "results.json").read_text() == "{}"
 

@@ -19,7 +19,7 @@ from agent import diagnose
 from agent.agent import Agent
 from agent.config import RunConfig
 from agent.loop import CHECKPOINT_NAME
-from tests.agent.conftest import tiny
+from tests.agent.conftest import call_main, tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 150
@@ -207,12 +207,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         ([str(corrupt), "--states", "many"], "invalid int value"),
     ]
     for argv, expected in cases:
-        try:
-            code = diagnose.main(argv)
-        except SystemExit as exit_:  # argparse
-            code = exit_.code
-        captured = capsys.readouterr()
-        lines = captured.err.strip().splitlines()
-        assert code == 2, (argv, captured.err)
-        assert len(lines) == 1 and expected in lines[0], (argv, captured.err)
-        assert "Traceback" not in captured.err and captured.out == ""
+        code, lines, out = call_main(diagnose.main, argv, capsys)
+        assert code == 2, (argv, lines)
+        assert len(lines) == 1 and expected in lines[0], (argv, lines)
+        assert out == ""
