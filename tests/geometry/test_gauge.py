@@ -267,5 +267,9 @@ def test_closed_form_lines_in_the_group_equal_the_generic_lines(n_colors, mode):
     torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-10)
     affine = G.affine_wilson_line_to_origin(group, c0, c1, z, mode, 6)  # closed-form integral
     torch.testing.assert_close(affine, ref, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(G.group_exp(group, c0[0]), torch.linalg.matrix_exp(
-        torch.einsum("g,gij->ij", c0[0], gens)), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(
+        G.group_exp(group, c0[0]),
+        torch.linalg.matrix_exp(torch.einsum("g,gij->ij", c0[0], gens)),
+        rtol=1e-10,
+        atol=1e-10,
+    )
