@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .su2 import complex_dtype_for, pauli, su2_exp
+from .su2 import complex_dtype_for, pauli, su2_exp, su2_exp_jacobian_vjp
 
 __all__ = [
     "ConnectionFn",
@@ -51,6 +51,7 @@ __all__ = [
     "GaugeGroup",
     "affine_connection_coefficients",
     "group_exp",
+    "group_exp_vjp",
     "wilson_line_in_group",
     "affine_wilson_line_to_origin",
 ]
@@ -446,6 +447,25 @@ def _assemble(u_c: Tensor | None, u_2: Tensor, phase: Tensor) -> Tensor:
 def group_exp(group: GaugeGroup, h: Tensor) -> Tensor:
     """exp(sum_g h_g T_g) in closed form (see GaugeGroup): h [..., G] -> [..., r, r] orthogonal."""
     return _assemble(*_factor_elements(group, h))
+
+
+def group_exp_vjp(group: GaugeGroup, h: Tensor, e: Tensor) -> Tensor:
+    """M(h)^T e, where U^-1 dU/dh_g = sum_g' M[g', g] T_g' for U = group_exp(group, h) and T_g
+    the stacked generators (couplings folded in): M is block diagonal over the commuting
+    factors, the SU(2)-type blocks the right Jacobians of geometry.su2.su2_exp_jacobian_vjp at
+    (g_s h_C) and (g_2 h_2), 1 for U(1). So for a covector y, <y, dU/dh_g psi> summed as
+    e_g' = <U^T y, T_g' psi> gives the gradient in h as M^T e. N_f <= 2 (closed form).
+    h, e [..., G] -> [..., G]."""
+    n = group.n_colors
+    if n > 2:
+        raise ValueError(f"group_exp_vjp has a closed form for N_f <= 2, got {n}")
+    k = n * n - 1
+    parts = []
+    if n == 2:
+        parts.append(su2_exp_jacobian_vjp(group.g_s * h[..., :3], e[..., :3]))
+    parts.append(su2_exp_jacobian_vjp(group.g_2 * h[..., k : k + 3], e[..., k : k + 3]))
+    parts.append(e[..., k + 3 :])
+    return torch.cat(parts, dim=-1)
 
 
 def wilson_line_in_group(

@@ -28,6 +28,7 @@ from .poincare import conformal_factor, dist, one_minus_sqnorm, sqnorm
 __all__ = [
     "string_area",
     "pairwise_string_area",
+    "weighted_string_area_grad",
     "geodesic_string_area",
     "pairwise_geodesic_string_area",
     "screening_factor",
@@ -49,6 +50,21 @@ def string_area(z: Tensor, z_prime: Tensor) -> Tensor:
 def pairwise_string_area(z: Tensor, z_prime: Tensor) -> Tensor:
     """All pairs of :func:`string_area`: z [..., Q, d], z' [..., N, d] -> [..., Q, N]."""
     return string_area(z.unsqueeze(-2), z_prime.unsqueeze(-3))
+
+
+def weighted_string_area_grad(z: Tensor, z_prime: Tensor, b: Tensor) -> Tensor:
+    """sum_j b_j grad_z A(z, z'_j) for the proxy A = lambda(z)^2 |z - z'_j|^2 / 2 (Def 286), in
+    closed form: grad_z A = lambda^2 (z - z') + |z - z'|^2 lambda^3 z (d lambda/dz = lambda^2 z).
+    z [B, d], z' [Bc, N, d] (Bc = 1 or B), b [B, N] -> [B, d]."""
+    lam = conformal_factor(z)  # [B, 1]
+    delta2 = sqnorm(z.unsqueeze(-2) - z_prime, keepdim=False)  # [B, N]
+    b_sum = b.sum(-1, keepdim=True)  # [B, 1]
+    if z_prime.shape[0] == 1:  # shared entries: one matrix product
+        b_zp = b @ z_prime[0]  # [B, d]
+    else:
+        b_zp = torch.bmm(b.unsqueeze(1), z_prime).squeeze(1)
+    lam2 = lam.square()
+    return lam2 * (b_sum * z - b_zp) + lam2 * lam * (b * delta2).sum(-1, keepdim=True) * z
 
 
 def geodesic_string_area(z: Tensor, z_prime: Tensor) -> Tensor:

@@ -8,6 +8,7 @@ projector for every unit n.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -17,6 +18,7 @@ __all__ = [
     "complex_dtype_for",
     "pauli",
     "su2_exp",
+    "su2_exp_jacobian_vjp",
     "su2_element",
     "adjoint_rotation",
     "chiral_projector",
@@ -35,12 +37,21 @@ def complex_dtype_for(dtype: torch.dtype) -> torch.dtype:
 
 def pauli(dtype: torch.dtype = torch.complex128, device=None) -> Tensor:
     """sigma_1, sigma_2, sigma_3 stacked: [3, 2, 2] complex Hermitian, sigma_a sigma_b =
-    delta_ab I + i eps_abc sigma_c."""
+    delta_ab I + i eps_abc sigma_c. A fresh tensor (see _pauli_and_identity for the cached,
+    read-only pair the hot paths use)."""
     s = torch.zeros(3, 2, 2, dtype=complex_dtype_for(dtype), device=device)
     s[0, 0, 1] = s[0, 1, 0] = 1
     s[1, 0, 1], s[1, 1, 0] = -1j, 1j
     s[2, 0, 0], s[2, 1, 1] = 1, -1
     return s
+
+
+@functools.lru_cache(maxsize=16)
+def _pauli_and_identity(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(pauli [3, 2, 2], I [2, 2]) in the complex dtype for `dtype`, built once per dtype and
+    device (building them is ~10 small ops, paid on every projector otherwise). Read only."""
+    sig = pauli(dtype, device)
+    return sig, torch.eye(2, dtype=sig.dtype, device=device)
 
 
 def su2_exp(theta: Tensor) -> Tensor:
@@ -58,6 +69,24 @@ def su2_exp(theta: Tensor) -> Tensor:
     return torch.stack([top, bottom], dim=-2)
 
 
+def su2_exp_jacobian_vjp(theta: Tensor, e: Tensor) -> Tensor:
+    """J^T e for the left-trivialised derivative of U = su2_exp(theta) = exp(theta . E),
+    E_a = -i sigma_a / 2 ([E_a, E_b] = eps_abc E_c, the so(3) cross product):
+    U^-1 dU/dtheta_a = sum_b J[b, a] E_b with the SO(3) right Jacobian
+    J = I - (1 - cos t)/t^2 [theta]_x + (t - sin t)/t^3 [theta]_x^2, t = |theta|, so
+    J^T e = e + (1 - cos t)/t^2 theta x e + (t - sin t)/t^3 (theta (theta . e) - t^2 e)
+    ((1 - cos t)/t^2 = sinc(t/2)^2/2 is smooth; (t - sin t)/t^3 uses its series below 1e-2).
+    theta, e [..., 3] -> [..., 3]."""
+    t2 = theta.square().sum(-1, keepdim=True)  # [..., 1]
+    t = t2.sqrt()
+    a = 0.5 * torch.sinc(t / (2 * math.pi)).square()  # (1 - cos t) / t^2
+    small = t < 1e-2
+    t_safe = torch.where(small, torch.ones_like(t), t)
+    b = torch.where(small, 1 / 6 - t2 / 120, (t_safe - torch.sin(t_safe)) / t_safe**3)
+    cross = torch.linalg.cross(theta, e, dim=-1)
+    return e + a * cross + b * (theta * (theta * e).sum(-1, keepdim=True) - t2 * e)
+
+
 def su2_element(theta: Tensor) -> Tensor:
     """U = exp(-i theta . sigma / 2) in SU(2): theta [..., 3] real -> [..., 2, 2] complex."""
     return su2_exp(theta)
@@ -66,7 +95,7 @@ def su2_element(theta: Tensor) -> Tensor:
 def adjoint_rotation(u: Tensor) -> Tensor:
     """The SO(3) image of U in SU(2): R_ab = 1/2 Tr(sigma_a U sigma_b U^dagger), so that
     U (n . sigma) U^dagger = (R n) . sigma. [..., 2, 2] complex -> [..., 3, 3] real."""
-    sig = pauli(u.dtype, u.device)
+    sig, _ = _pauli_and_identity(u.dtype, u.device)
     rot = torch.einsum("aij,...jk,bkl,...il->...ab", sig, u, sig, u.conj())
     return 0.5 * rot.real
 
@@ -82,8 +111,7 @@ def chiral_projector(n: Tensor, eps: float = DEGENERATE_NORM) -> tuple[Tensor, T
     norm = n.norm(dim=-1, keepdim=True)  # [..., 1]
     degenerate = norm.squeeze(-1) < eps  # [...]
     n_hat = n / norm.clamp_min(eps)  # finite on both branches, so the where() backward is too
-    sig = pauli(n.dtype, n.device)
-    eye = torch.eye(2, dtype=sig.dtype, device=n.device)
+    sig, eye = _pauli_and_identity(n.dtype, n.device)
     proj = 0.5 * (eye + torch.einsum("...a,aij->...ij", n_hat.to(sig.dtype), sig))
     proj = torch.where(degenerate[..., None, None], torch.zeros_like(proj), proj)
     return proj, degenerate

@@ -225,3 +225,16 @@ def test_near_boundary_values_and_gradients_stay_finite():
     lam = P.conformal_factor(zf).squeeze(-1)
     expanded = 0.5 * lam**2 * ((zf * zf).sum(-1) + (zpf * zpf).sum(-1) - 2 * (zf * zpf).sum(-1))
     assert ((expanded.double() - exact).abs() / exact).max() > 1e-2  # what the other form loses
+
+
+def test_weighted_string_area_gradient_matches_autograd():
+    """sum_j b_j grad_z A(z, z'_j) in closed form, for shared (Bc = 1) and per-query entries."""
+    g = torch.Generator().manual_seed(4)
+    z = 0.6 * (torch.rand(5, 4, generator=g, dtype=torch.float64) - 0.5)
+    for bc in (1, 5):
+        zp = 0.6 * (torch.rand(bc, 7, 4, generator=g, dtype=torch.float64) - 0.5)
+        b = torch.randn(5, 7, generator=g, dtype=torch.float64)
+        zr = z.clone().requires_grad_(True)
+        area = S.pairwise_string_area(zr.unsqueeze(1), zp).squeeze(1)  # [5, 7]
+        (ref,) = torch.autograd.grad((b * area).sum(), zr)
+        torch.testing.assert_close(S.weighted_string_area_grad(z, zp, b), ref)
