@@ -666,3 +666,95 @@ def test_other_kernels_keep_gauge_invariance_and_finite_gradients(kernel):
     reports = {r.node: r for r in run_diagnostics(head, q, bank, rec, emit=False)}
     assert 68 not in reports  # no temperature to check
     assert reports[67].value < 1e-3
+
+
+def _potential_head(**overrides) -> CovariantAttention:
+    head = make_head(
+        d_out=1, query_velocity=False, chirality=0.7, string_tension=(0.5, 0.8), **overrides
+    )
+    with torch.no_grad():  # away from the initialisation's zeros and symmetries
+        g = torch.Generator().manual_seed(11)
+        for p in head.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return head
+
+
+@pytest.mark.parametrize("wilson", ["exp", "first_order"])
+@pytest.mark.parametrize("christoffel", ["factorized", "poincare"])
+@pytest.mark.parametrize("temperature", ["metric", "constant"])
+@pytest.mark.parametrize("shared_bank", [True, False])
+def test_closed_form_potential_gradient_equals_autograd(
+    wilson, christoffel, temperature, shared_bank
+):
+    """scalar_output_gradient: Phi equals the head's output, and dPhi/dz, dPhi/dx equal
+    autograd's, with the chiral gate on and off, masked and colour-charged entries, a shared
+    (Bc = 1) or per-query bank; and with create_graph, the parameter gradients of a loss on
+    the gradient equal autograd's double backward (what training differentiates)."""
+    head = _potential_head(wilson=wilson, christoffel=christoffel, temperature=temperature)
+    bank = make_bank(b=1 if shared_bank else 4, n=7)
+    assert head.has_closed_form_gradient()
+    prepared = head.prepare(bank)
+    q = make_queries(b=4, q=1, velocity=False, levels=False)
+    z, x, vg = q.positions[:, 0], q.features[:, 0], q.value_grad[:, 0]
+    for value_grad in (None, vg):
+        zr, xr = z.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        queries = CovariantQueries(zr, xr, value_grad=value_grad)
+        ref, _ = head(queries, head.prepare(bank))
+        gz, gx = torch.autograd.grad(ref.sum(), (zr, xr), create_graph=True)
+        phi, cz, cx, lines = head.scalar_output_gradient(queries, prepared, create_graph=True)
+        torch.testing.assert_close(phi, ref, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(cz, gz, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(cx, gx, rtol=1e-9, atol=1e-11)
+        torch.testing.assert_close(lines, head.lines_to_origin(z), rtol=1e-12, atol=1e-12)
+        params = [p for p in head.parameters() if p.requires_grad]
+        want = torch.autograd.grad(
+            (gz.square().sum() + gz.sum() * gx.sum()),
+            params + [zr],
+            allow_unused=True,
+            retain_graph=True,
+        )
+        prepared = head.prepare(bank)  # a fresh graph for the closed form's own backward
+        zr2 = z.clone().requires_grad_(True)
+        _, cz, cx, _ = head.scalar_output_gradient(
+            CovariantQueries(zr2, xr, value_grad=value_grad), prepared, create_graph=True
+        )
+        got = torch.autograd.grad(
+            (cz.square().sum() + cz.sum() * cx.sum()), params + [zr2], allow_unused=True
+        )
+        for w, g_ in zip(want, got, strict=True):
+            if w is None:
+                assert g_ is None or not g_.abs().max() > 0
+            else:
+                torch.testing.assert_close(g_, w, rtol=1e-8, atol=1e-10)
+
+
+def test_closed_form_gradient_is_refused_where_it_does_not_apply():
+    for overrides in (
+        dict(kernel="krr"),
+        dict(temperature="calibrated"),
+        dict(christoffel="full"),
+        dict(wilson="path_ordered"),
+        dict(area="geodesic"),
+        dict(n_colors=3, d_k=24),
+    ):
+        head = _potential_head(**overrides)
+        assert not head.has_closed_form_gradient()
+        q = make_queries(b=2, q=1, velocity=False, levels=False)
+        single = CovariantQueries(q.positions[:, 0], q.features[:, 0])
+        with pytest.raises(ValueError, match="closed-form"):
+            head.scalar_output_gradient(single, head.prepare(make_bank()), create_graph=False)
+    assert not make_head(d_out=3, query_velocity=False).has_closed_form_gradient()
+
+
+def test_a_precomputed_shared_chiral_projector_equals_the_per_query_one():
+    """queries.chiral (computed once, batch 1, broadcast) gives the same output as value_grad
+    repeated over the batch (what GeodesicContext.chiral_for relies on)."""
+    head = make_head(chirality=0.7, query_velocity=False)
+    bank = make_bank(b=1)
+    q = make_queries(b=4, q=1, velocity=False, levels=False)
+    z, x = q.positions[:, 0], q.features[:, 0]
+    vg = q.value_grad[:1, 0]  # [1, d]
+    ref, _ = head(CovariantQueries(z, x, value_grad=vg.expand(4, -1)), bank)
+    out, rec = head(CovariantQueries(z, x, chiral=head.chiral_projector(vg)), bank)
+    torch.testing.assert_close(out, ref)
+    assert rec.projectors.shape[0] == 1  # computed once

@@ -106,6 +106,20 @@ def apply_in_channels(u: Tensor, psi: Tensor) -> Tensor:
     return (u @ cols).reshape(psi.shape)
 
 
+def _entry_products(a: Tensor, bank: Tensor) -> Tensor:
+    """<a_b, bank_bj> for every entry: a [B, k], bank [Bc, N, k] (Bc = 1: shared) -> [B, N]."""
+    if bank.shape[0] == 1:
+        return a @ bank[0].T
+    return torch.bmm(bank, a.unsqueeze(-1)).squeeze(-1)
+
+
+def _entry_mixture(w: Tensor, bank: Tensor) -> Tensor:
+    """sum_j w_bj bank_bj: w [B, N], bank [Bc, N, k] (Bc = 1: shared) -> [B, k]."""
+    if bank.shape[0] == 1:
+        return w @ bank[0]
+    return torch.bmm(w.unsqueeze(1), bank).squeeze(1)
+
+
 def masked_softmax(logits: Tensor, mask: Tensor | None) -> Tensor:
     """softmax over the last dim restricted to `mask` (True = allowed, broadcastable); a row with
     no allowed entry gives weights 0, never NaN (world_model/attention/base.py). [..., N]."""
@@ -261,6 +275,10 @@ class CovariantQueries:
     velocity_features: [B, (Q,) d_velocity_features] x_v = phi_v(v) (W_Qv term)
     value_grad:        [B, (Q,) d] grad V at z: drives the chiral projector (none: no gate)
     levels:            [B, (Q,)] integer query level (none: the head's config.query_level)
+    chiral:            (Pi, degenerate) = head.chiral_projector(value_grad), precomputed, with
+                       leading dims broadcastable to [B, (Q,)]: a caller whose value gradient
+                       is fixed over many calls (a rollout) computes it once; it replaces
+                       value_grad (none: computed from value_grad when given)
     """
 
     positions: Tensor
@@ -269,6 +287,7 @@ class CovariantQueries:
     velocity_features: Tensor | None = None
     value_grad: Tensor | None = None
     levels: Tensor | None = None
+    chiral: tuple[Tensor, Tensor] | None = None
 
     def __post_init__(self) -> None:
         p = self.positions
@@ -320,7 +339,20 @@ class CovariantQueries:
         def unsq(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.unsqueeze(1)
 
-        return CovariantQueries(*(unsq(getattr(self, f.name)) for f in fields(self)))
+        tensors = {f.name: unsq(getattr(self, f.name)) for f in fields(self) if f.name != "chiral"}
+        chiral = None
+        if self.chiral is not None:  # (Pi [.., 2, 2], degenerate [..]): the query axis before Pi's
+            proj, degenerate = self.chiral
+            chiral = (proj.unsqueeze(-3), degenerate.unsqueeze(-1))
+        return CovariantQueries(**tensors, chiral=chiral)
+
+    def projector(self, head: CovariantAttention) -> tuple[Tensor, Tensor] | None:
+        """(Pi, degenerate) for `head`: the precomputed pair, else from value_grad, else None."""
+        if self.chiral is not None:
+            return self.chiral
+        if self.value_grad is None:
+            return None
+        return head.chiral_projector(self.value_grad)
 
 
 @dataclass
@@ -343,6 +375,7 @@ class PreparedContext:
     lines: Tensor
     charged: bool = True  # any colour-charged (texture) entry: False skips area-law screening
     ridge_inverse: Tensor | None = None  # kernel "krr": (K_kk + lam I)^-1 [Bc, N, N], once
+    charged_index: Tensor | None = None  # [C] entries charged in some batch row (None: all)
 
     @property
     def batch_size(self) -> int:
@@ -377,6 +410,15 @@ class PreparedContext:
                 ],
                 dim=1,
             )
+        offsets = [0]
+        for p in parts:
+            offsets.append(offsets[-1] + p.positions.shape[1])
+        charged_index = torch.cat(
+            [
+                o + (p.charged_index if p.charged_index is not None else _charged_columns(p.levels))
+                for o, p in zip(offsets[:-1], parts, strict=True)
+            ]
+        )
         return PreparedContext(
             positions=joined("positions"),
             levels=joined("levels"),
@@ -386,7 +428,20 @@ class PreparedContext:
             values=joined("values"),
             lines=joined("lines"),
             charged=any(p.charged for p in parts),
+            charged_index=charged_index,
         )
+
+    def charged_columns(self) -> Tensor:
+        """[C] indices of the entries that are colour-charged in some batch row: screening
+        reads only these (a few texture entries among many macro prototypes)."""
+        if self.charged_index is None:
+            self.charged_index = _charged_columns(self.levels)
+        return self.charged_index
+
+
+def _charged_columns(levels: Tensor) -> Tensor:
+    """levels [Bc, N] -> [C] long: the entries whose level is not macro in some row."""
+    return (levels != MACRO_LEVEL).any(0).nonzero().squeeze(-1)
 
 
 @dataclass
@@ -537,6 +592,11 @@ class CovariantAttention(nn.Module):
         representation R^r (x, dx [..., d] -> [..., r, r])."""
         return gauge.affine_connection(self.generators, self.connection_c0, self.connection_c1)
 
+    def chiral_projector(self, value_grad: Tensor) -> tuple[Tensor, Tensor]:
+        """Pi = (I + n.sigma)/2 for n = P grad V (Def 285) and the degenerate flags:
+        value_grad [..., d] -> ([..., 2, 2] complex, [...] bool) (geometry.su2)."""
+        return su2.chiral_projector(self.value_grad_proj(value_grad))
+
     def string_tension(self) -> Tensor:
         """sigma(l) for l = 0 .. L: [L + 1]."""
         return self.screening_coupling.square()
@@ -653,6 +713,7 @@ class CovariantAttention(nn.Module):
             values=values,
             lines=lines,
             charged=bool((context.levels != MACRO_LEVEL).any()),
+            charged_index=_charged_columns(context.levels),
             ridge_inverse=self._ridge_inverse(keys, context.mask) if cfg.kernel == "krr" else None,
         )
 
@@ -773,15 +834,18 @@ class CovariantAttention(nn.Module):
                 logits = -torch.log(sqdist + cfg.ida_eps)  # [B, Q, N]
             screened = logits  # macro entries only: exempt from screening (Def 286)
             if prepared.charged:
-                screened = logits - self.screening_penalty(
-                    z, prepared.positions, levels, prepared.levels
-                )
+                cols = prepared.charged_columns()  # screen the charged entries only
+                penalty = self.screening_penalty(
+                    z, prepared.positions[:, cols], levels, prepared.levels[:, cols]
+                )  # [B, Q, C]
+                screened = logits.index_add(-1, cols, -penalty)
             weights = masked_softmax(screened, mask)  # [B, Q, N]
         out = weights @ prepared.values  # [B, Q, d_k], at the origin frame
 
         projectors = degenerate = None
-        if q.value_grad is not None:
-            projectors, degenerate = su2.chiral_projector(self.value_grad_proj(q.value_grad))
+        chiral = q.projector(self)
+        if chiral is not None:
+            projectors, degenerate = chiral
             out = chiral_gate(out, projectors, cfg.n_colors, self.chirality_strength)
         out = self.w_o(out)  # [B, Q, d_out]
 
@@ -799,3 +863,142 @@ class CovariantAttention(nn.Module):
             d_k=cfg.d_k,
         )
         return (out.squeeze(1) if queries.single else out), record
+
+    # ------------------------------------------------------------------ scalar potentials
+
+    def has_closed_form_gradient(self) -> bool:
+        """Whether :meth:`scalar_output_gradient` covers this head: a scalar output (d_out 1),
+        the softmax kernel, metric or constant temperature, the factorized or Poincare quadratic
+        query without velocity terms, exp or first-order Wilson lines with N_f <= 2, and the
+        conformal area proxy. Other heads differentiate by autograd."""
+        cfg = self.config
+        return (
+            cfg.d_out == 1
+            and cfg.kernel == "softmax"
+            and cfg.temperature in ("metric", "constant")
+            and cfg.christoffel in ("factorized", "poincare")
+            and cfg.wilson in ("exp", "first_order")
+            and cfg.n_colors <= 2
+            and cfg.area == "conformal"
+            and cfg.d_velocity_features == 0
+            and not cfg.position_velocity
+        )
+
+    def scalar_output_gradient(
+        self, queries: CovariantQueries, prepared: PreparedContext, create_graph: bool
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """A scalar head read as a potential Phi(z, x) = W_O chiral(sum_j alpha_j V~_j), with its
+        gradients in closed form: no backward pass through the head (its cost on CPU is per-op
+        overhead, and a backward doubles the op count; a double backward in training triples
+        it). With a = dPhi/d out (through the chiral gate, by autograd on that small piece):
+
+            grad Phi = sum_j alpha_j (<a, V~_j> - <a, out>) grad l_j,
+            grad l_j = J_{Q~}^T K~_j / tau - s_j grad tau / tau^2 - sigma [j charged] grad A_j,
+            J_{Q~}^T y = J_psi^T (U^T y) + (dh/dz)^T M(h)^T e,  e_g = <U^T y, T_g psi>
+
+        (Q~ = U(h(z)) psi(z, x), h the integrated connection, M the group exponential's
+        Jacobian: geometry.gauge.group_exp_jacobian). The expressions are ordinary tensor ops,
+        so with `create_graph` autograd differentiates them once more in training (parameters,
+        and z through earlier steps). Single queries without velocity (the kick head).
+
+        queries: positions z [B, d], features x [B, d_query], value_grad [B, d] or chiral
+        (broadcastable to [B]) | None.
+        Returns (Phi [B, 1], dPhi/dz [B, d] at fixed x, dPhi/dx [B, d_query], lines [B, r, r]).
+        """
+        cfg = self.config
+        if not self.has_closed_form_gradient():
+            raise ValueError("this head's configuration has no closed-form gradient")
+        if not queries.single or queries.velocity is not None:
+            raise ValueError("scalar_output_gradient takes single queries without velocity")
+        self._check_batch(queries, prepared)
+        z, x = queries.positions, queries.features  # [B, d], [B, d_query]
+        n_batch, d = z.shape
+        gens = self.generators  # [G, r, r]
+        r, n_gen = self.rep_dim, gens.shape[0]
+        c0, c1 = self.connection_c0, self.connection_c1  # [d, G], [d, d, G]
+        zz = (z.unsqueeze(-1) * z.unsqueeze(-2)).reshape(n_batch, d * d)  # [B, d^2]
+        h = z @ c0 + 0.5 * zz @ c1.reshape(d * d, n_gen)  # [B, G]: integrated connection
+        group = self.group
+        if cfg.wilson == "exp":
+            lines = gauge.group_exp(group, h)  # [B, r, r]
+        else:
+            eye = torch.eye(r, dtype=z.dtype, device=z.device)
+            lines = eye + (h @ gens.reshape(n_gen, r * r)).reshape(n_batch, r, r)
+        # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1
+        rank, k = self.q_gamma_u.shape[:2]
+        u_mat = self.q_gamma_u.reshape(rank * k, d)
+        v_mat = self.q_gamma_v.reshape(rank * k, d)
+        uz = (z @ u_mat.T).reshape(n_batch, rank, k)  # [B, R, k]
+        vz = (z @ v_mat.T).reshape(n_batch, rank, k)
+        quad = (uz * vz).sum(1)  # [B, k]
+        lam = poincare.conformal_factor(z)  # [B, 1]
+        c = lam if cfg.christoffel == "poincare" else 1.0
+        psi = self.w_q(x) + self.w_qz(z) + c * quad  # [B, k]
+        q_t = apply_in_channels(lines, psi)  # [B, k]
+
+        keys, values = prepared.keys, prepared.values  # [Bc, N, k]
+        scores = _entry_products(q_t, keys)  # [B, N]
+        sqrt_dk = math.sqrt(cfg.d_k)
+        tau = poincare.metric_temperature(z, cfg.d_k) if cfg.temperature == "metric" else None
+        logits = scores / (tau if tau is not None else sqrt_dk)
+        sigma_q = charged = cols = None
+        if prepared.charged:  # on the charged entries only ([B, C])
+            sigma_q = self.string_tension()[cfg.query_level]
+            cols = prepared.charged_columns()
+            charged = (prepared.levels[:, cols] != MACRO_LEVEL).to(z.dtype)  # [Bc, C]
+            pos_c = prepared.positions[:, cols]  # [Bc, C, d]
+            area = screening.pairwise_string_area(z.unsqueeze(1), pos_c).squeeze(1)
+            logits = logits.index_add(-1, cols, -(sigma_q * area * charged))
+        weights = masked_softmax(logits, prepared.mask)  # [B, N]
+        out = _entry_mixture(weights, values)  # [B, k]
+
+        # a = dPhi/d out: the read-out is linear without a chiral gate
+        chiral = queries.projector(self)
+        if chiral is None:
+            phi = self.w_o(out)  # [B, 1]
+            a = self.w_o.weight.expand(n_batch, -1)  # [B, k]
+        else:
+            proj = chiral[0]
+            with torch.enable_grad():
+                o = out if (create_graph and out.requires_grad) else out.detach().requires_grad_()
+                phi = self.w_o(chiral_gate(o, proj, cfg.n_colors, self.chirality_strength))
+                (a,) = torch.autograd.grad(phi.sum(), o, create_graph=create_graph)
+        # b_j = dPhi/d l_j = alpha_j (<a, V~_j> - <a, out>)
+        b = weights * (_entry_products(a, values) - (out * a).sum(-1, keepdim=True))  # [B, N]
+
+        kappa = _entry_mixture(b, keys)  # [B, k]
+        if tau is not None:  # tau = sqrt(d_k)(1 - |z|^2)/2: grad tau = -sqrt(d_k) z
+            kappa = kappa / tau
+            grad_z = (b * scores).sum(-1, keepdim=True) * sqrt_dk * z / tau.square()
+        else:
+            kappa = kappa / sqrt_dk
+            grad_z = torch.zeros_like(z)
+        if charged is not None:
+            grad_z = grad_z - sigma_q * screening.weighted_string_area_grad(
+                z, pos_c, b[:, cols] * charged
+            )
+        # through Q~ = U psi: the transported covector y = U^T kappa
+        y = apply_in_channels(lines.transpose(-1, -2), kappa)  # [B, k]
+        psi_cols = psi.reshape(n_batch, r, -1)  # [B, r, m]
+        if cfg.wilson == "exp":  # e_g = <U^T kappa, T_g psi>, then M^T e
+            outer = y.reshape(n_batch, r, -1) @ psi_cols.transpose(-1, -2)  # [B, r, r]
+            e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T  # [B, G]
+            e = gauge.group_exp_vjp(group, h, e)
+        else:  # dU/dh_g = T_g
+            outer = kappa.reshape(n_batch, r, -1) @ psi_cols.transpose(-1, -2)
+            e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T
+        # dh_g/dz_m = c0[m, g] + 1/2 sum_n (c1[m, n, g] + c1[n, m, g]) z_n
+        c1_sym = (c1 + c1.transpose(0, 1)).reshape(d, d * n_gen)  # [m, (n, g)]
+        ze = (z.unsqueeze(-1) * e.unsqueeze(-2)).reshape(n_batch, d * n_gen)  # [B, (n, g)]
+        grad_z = grad_z + e @ c0.T + 0.5 * ze @ c1_sym.T
+        # through psi: W_Qz, the quadratic term (d lambda/dz = lambda^2 z), and W_Q x
+        jq = (y.unsqueeze(1) * vz).reshape(n_batch, rank * k) @ u_mat + (
+            y.unsqueeze(1) * uz
+        ).reshape(n_batch, rank * k) @ v_mat  # J_Q^T y [B, d]
+        grad_z = grad_z + y @ self.w_qz.weight
+        if cfg.christoffel == "poincare":
+            grad_z = grad_z + lam * jq + (y * quad).sum(-1, keepdim=True) * lam.square() * z
+        else:
+            grad_z = grad_z + jq
+        grad_x = y @ self.w_q.weight  # [B, d_query]
+        return phi, grad_z, grad_x, lines
