@@ -221,7 +221,11 @@ def test_history_window_adds_texture_entries():
 
 def test_gradients_reach_every_parameter():
     dyn = small(
-        window=3, chirality=0.5, learned_thermostat=True, attention_temperature="calibrated"
+        window=3,
+        chirality=0.5,
+        learned_thermostat=True,
+        attention_temperature="calibrated",
+        drift_correction=True,
     )
     obs = torch.randn(8, 6)
     state = dyn.encode(obs)
@@ -292,7 +296,7 @@ def test_prototypes_stay_in_the_ball_under_riemannian_adam():
 @pytest.mark.parametrize("attention", ["inverse_distance", "krr"])
 def test_every_attention_kernel_drives_the_model(attention):
     """--attention: the heads read their banks with covariant softmax, HIDA or KRR (issue 7)."""
-    dyn = small(attention=attention, window=2)
+    dyn = small(attention=attention, window=2, drift_correction=True)
     state = dyn.encode(torch.randn(8, 6))
     hist = dyn.encode(torch.randn(16, 6))
     ctx = dyn.context(state, history=GeodesicState(hist.z.view(8, 2, -1), hist.p.view(8, 2, -1)))
@@ -317,3 +321,63 @@ def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
     assert ctx.value_grad.shape == (1, 4)
     out = model.next(root.expand(12), torch.rand(12, 2), ctx)
     assert out.z.shape == (12, 4) and torch.isfinite(out.p).all()
+
+
+def test_a_plan_root_kicks_once_and_its_expanded_samples_reuse_it():
+    """The context built from a root of batch 1 caches the root's kick; `expand` carries it to
+    every sample, and the step equals recomputing the kick per sample."""
+    dyn = small(window=2)
+    root = dyn.encode(torch.randn(1, 6))
+    ctx = dyn.context(root)
+    assert root._step_cache[0] is ctx
+    calls = []
+    original = dyn.integrator.kick_force
+
+    def counting(z, *args, **kwargs):
+        calls.append(z.shape[0])
+        return original(z, *args, **kwargs)
+
+    dyn.integrator.kick_force = counting
+    a = torch.rand(12, 2) * 2 - 1
+    reused = dyn.next(root.expand(12), a, ctx)
+    assert calls == [12]  # the closing kick only: the opening one came from the root's cache
+    fresh = dyn.next(GeodesicState(root.z.expand(12, -1), root.p.expand(12, -1)), a, ctx)
+    assert calls == [12, 12, 12]
+    torch.testing.assert_close(reused.z, fresh.z)
+    torch.testing.assert_close(reused.p, fresh.p)
+
+
+def test_closed_form_kick_equals_autograd_in_rollouts_and_their_gradients():
+    """potential_gradient = 'closed_form' is the same model as 'autograd': equal states after a
+    stochastic training rollout (history window, chiral gate) and equal parameter gradients of
+    a loss on it (the closed form is differentiated once, autograd's gradient twice)."""
+    results = []
+    for mode in ("autograd", "closed_form"):
+        dyn = small(window=3, chirality=0.5, potential_gradient=mode, drift_correction=True)
+        dyn = dyn.double()
+        with torch.no_grad():
+            for head in dyn.integrator.heads():
+                head.w_o.weight.normal_(generator=torch.Generator().manual_seed(8))
+        obs = torch.randn(8, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        hist_obs = torch.randn(24, 6, generator=torch.Generator().manual_seed(3)).double()
+        state = dyn.encode(obs)
+        hist = dyn.encode(hist_obs)
+        history = GeodesicState(hist.z.view(8, 3, -1), hist.p.view(8, 3, -1))
+        ctx = dyn.context(state, history=history, value_grad=0.5 * state.z.detach())
+        torch.manual_seed(0)
+        s = GeodesicState(state.z, state.p)  # drop the context's cache: both modes kick here
+        for t in range(3):
+            s = dyn.next(
+                s, torch.full((8, 2), 0.3 * t - 0.2, dtype=torch.float64), ctx, stochastic=True
+            )
+        loss = dyn.features(s).square().sum() + dyn.consistency_loss(s, state).sum()
+        grads = torch.autograd.grad(loss, list(dyn.parameters()), allow_unused=True)
+        results.append((s, grads))
+    (s_a, g_a), (s_c, g_c) = results
+    torch.testing.assert_close(s_c.z, s_a.z, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(s_c.p, s_a.p, rtol=1e-10, atol=1e-12)
+    for a, c in zip(g_a, g_c, strict=True):
+        if a is None:
+            assert c is None or not c.abs().max() > 0
+        else:
+            torch.testing.assert_close(c, a, rtol=1e-8, atol=1e-10)
