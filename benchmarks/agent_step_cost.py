@@ -1,0 +1,136 @@
+"""Cost of one training update and one planning call of the agent, per world model, side by
+side in one process (issue 5's cost target: the geodesic model <= 3x the GRU's).
+
+    python benchmarks/agent_step_cost.py                       # Pendulum-v1, gru vs geodesic
+    python benchmarks/agent_step_cost.py --rounds 7 --updates 10 --plans 20
+    python benchmarks/agent_step_cost.py --config-of geodesic nodrift.toml  # one model's config
+
+Each agent is built with the run's defaults (the config a `python -m agent.train` run would use),
+its replay buffer filled with the same random-action episodes; then the agents take turns, round
+after round, timing `updates` gradient updates and `plans` planning calls each (these machines are
+noisy: interleaving keeps the ratio fair, and the table reports the median and the minimum over
+rounds). One torch thread, as in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agent.agent import Agent  # noqa: E402
+from agent.config import RunConfig, load_config_file  # noqa: E402
+
+
+def build_agent(env_id: str, world_model: str, base: dict, seed: int) -> Agent:
+    overrides = {
+        **base,
+        "train": {
+            **base.get("train", {}),
+            "env_id": env_id,
+            "world_model": world_model,
+            "seed": seed,
+            "progress": False,
+        },
+    }
+    return Agent(config=RunConfig.from_dict(overrides))
+
+
+def fill_buffer(agent: Agent, transitions: int, seed: int) -> None:
+    """Random-action episodes, the same for every agent (seeded env and actions)."""
+    env = agent.env
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    for _ in range(transitions):
+        action = rng.uniform(-1, 1, agent.action_dim).astype(np.float32)
+        next_obs, reward, terminated, truncated, _ = env.step(
+            action * env.action_space.high  # the agent acts in [-1, 1]; Pendulum's box is wider
+        )
+        agent.observe(obs, action, float(reward), next_obs, terminated, truncated)
+        obs = next_obs
+        if terminated or truncated:
+            obs, _ = env.reset()
+    agent.num_timesteps = transitions
+
+
+def plan_calls(agent: Agent, observations: list) -> object:
+    """A callable that plans from the next observation of the list at every call."""
+    it = iter(observations)
+    return lambda: agent.act(next(it), explore=True)
+
+
+def time_calls(fn, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1e3  # ms per call
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/agent_step_cost.py", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--env", default="Pendulum-v1")
+    parser.add_argument("--world-models", nargs="+", default=["gru", "geodesic"])
+    parser.add_argument("--config", default=None, help="a run config file for every model")
+    parser.add_argument(
+        "--config-of",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("WORLD_MODEL", "FILE"),
+        help="a run config file for one model only (e.g. its [dynamics] section); repeatable",
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=5, help="updates timed per round")
+    parser.add_argument("--plans", type=int, default=10, help="plans timed per round")
+    parser.add_argument("--transitions", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    base = load_config_file(args.config) if args.config else {}
+    own = {name: load_config_file(path) for name, path in args.config_of}
+    agents = {}
+    for name in args.world_models:
+        config = {**base, **{k: {**base.get(k, {}), **v} for k, v in own.get(name, {}).items()}}
+        agent = build_agent(args.env, name, config, args.seed)
+        fill_buffer(agent, args.transitions, args.seed)
+        agent.update()  # warm-up: optimiser state, first-call allocations
+        agent.act(agent.env.observation_space.sample(), explore=True)
+        agents[name] = agent
+    observations = [
+        agents[args.world_models[0]].env.observation_space.sample() for _ in range(args.plans)
+    ]
+    times: dict[str, dict[str, list[float]]] = {n: {"update": [], "plan": []} for n in agents}
+    for _ in range(args.rounds):
+        for name, agent in agents.items():
+            times[name]["update"].append(time_calls(agent.update, args.updates))
+            agent.planner.reset()
+            times[name]["plan"].append(time_calls(plan_calls(agent, observations), args.plans))
+    ref = args.world_models[0]
+    params = {n: sum(p.numel() for p in a.model.parameters()) for n, a in agents.items()}
+    print(
+        f"\n{args.env}: {args.rounds} rounds x ({args.updates} updates, {args.plans} plans), "
+        f"1 thread, ms per call (median over rounds; min in brackets)\n"
+    )
+    print(f"| world model | params | update ms | plan ms | update / {ref} | plan / {ref} |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in agents:
+        u, p = (statistics.median(times[name][k]) for k in ("update", "plan"))
+        ur, pr = (statistics.median(times[ref][k]) for k in ("update", "plan"))
+        print(
+            f"| {name} | {params[name]} | {u:.1f} ({min(times[name]['update']):.1f}) | "
+            f"{p:.1f} ({min(times[name]['plan']):.1f}) | {u / ur:.2f}x | {p / pr:.2f}x |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
