@@ -387,9 +387,7 @@ class GeodesicCrossAttention(nn.Module):
                 features=torch.cat([z, poincare.logmap0(z)], dim=-1),
                 chiral=context.chiral_for(self.kick_head),
             )
-            _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(
-                queries, context.force, create_graph=torch.is_grad_enabled()
-            )
+            _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(queries, context.force)
             d = z.shape[-1]
             grad = grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:])
             force = -grad

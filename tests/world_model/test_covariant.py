@@ -26,6 +26,7 @@ from world_model.attention.covariant import (
     CovariantQueries,
     apply_in_channels,
     chiral_gate,
+    chiral_gate_vjp,
     doublet_to_realified,
     masked_softmax,
     realified_to_doublet,
@@ -701,7 +702,7 @@ def test_closed_form_potential_gradient_equals_autograd(
         queries = CovariantQueries(zr, xr, value_grad=value_grad)
         ref, _ = head(queries, head.prepare(bank))
         gz, gx = torch.autograd.grad(ref.sum(), (zr, xr), create_graph=True)
-        phi, cz, cx, lines = head.scalar_output_gradient(queries, prepared, create_graph=True)
+        phi, cz, cx, lines = head.scalar_output_gradient(queries, prepared)
         torch.testing.assert_close(phi, ref, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(cz, gz, rtol=1e-9, atol=1e-11)
         torch.testing.assert_close(cx, gx, rtol=1e-9, atol=1e-11)
@@ -716,7 +717,7 @@ def test_closed_form_potential_gradient_equals_autograd(
         prepared = head.prepare(bank)  # a fresh graph for the closed form's own backward
         zr2 = z.clone().requires_grad_(True)
         _, cz, cx, _ = head.scalar_output_gradient(
-            CovariantQueries(zr2, xr, value_grad=value_grad), prepared, create_graph=True
+            CovariantQueries(zr2, xr, value_grad=value_grad), prepared
         )
         got = torch.autograd.grad(
             (cz.square().sum() + cz.sum() * cx.sum()), params + [zr2], allow_unused=True
@@ -742,7 +743,7 @@ def test_closed_form_gradient_is_refused_where_it_does_not_apply():
         q = make_queries(b=2, q=1, velocity=False, levels=False)
         single = CovariantQueries(q.positions[:, 0], q.features[:, 0])
         with pytest.raises(ValueError, match="closed-form"):
-            head.scalar_output_gradient(single, head.prepare(make_bank()), create_graph=False)
+            head.scalar_output_gradient(single, head.prepare(make_bank()))
     assert not make_head(d_out=3, query_velocity=False).has_closed_form_gradient()
 
 
@@ -758,3 +759,23 @@ def test_a_precomputed_shared_chiral_projector_equals_the_per_query_one():
     out, rec = head(CovariantQueries(z, x, chiral=head.chiral_projector(vg)), bank)
     torch.testing.assert_close(out, ref)
     assert rec.projectors.shape[0] == 1  # computed once
+
+
+def test_chiral_gate_vjp_equals_autograd_through_the_complex_gate():
+    """The real-arithmetic value and gradient of <a, chiral_gate(out)>: a regular projector, a
+    degenerate one (Pi = 0) and a shared (batch 1) one, kappa inside and outside [0, 1]."""
+    g = torch.Generator().manual_seed(13)
+    out = torch.randn(5, 16, generator=g, dtype=F64)
+    a = torch.randn(16, generator=g, dtype=F64)
+    n = torch.randn(5, 3, generator=g, dtype=F64)
+    n[1] = 0.0  # degenerate
+    for proj_batch in (5, 1):
+        proj, degenerate = su2.chiral_projector(n[:proj_batch])
+        assert bool(degenerate[1]) if proj_batch == 5 else True
+        for kappa in (0.0, 0.7, 1.3):
+            o = out.clone().requires_grad_(True)
+            ref = (chiral_gate(o, proj, 2, kappa) * a).sum(-1, keepdim=True)
+            (ref_grad,) = torch.autograd.grad(ref.sum(), o)
+            value, grad = chiral_gate_vjp(out, proj, 2, kappa, a)
+            torch.testing.assert_close(value, ref.detach(), rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)

@@ -58,6 +58,7 @@ __all__ = [
     "realified_to_doublet",
     "doublet_to_realified",
     "chiral_gate",
+    "chiral_gate_vjp",
     "CovariantAttentionConfig",
     "CovariantQueries",
     "PreparedContext",
@@ -159,6 +160,40 @@ def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | flo
     gate = commit / (norm2 + torch.finfo(out.dtype).eps)  # [..., N_f, m] in [0, 1]
     committed = gate.unsqueeze(-2) * (p @ psi)  # [..., N_f, 2, m]
     return doublet_to_realified(psi + strength * (committed - psi))
+
+
+def chiral_gate_vjp(
+    out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | float, a: Tensor
+) -> tuple[Tensor, Tensor]:
+    """<a, chiral_gate(out)> and its gradient in `out`, in closed form and real arithmetic.
+
+    Per (colour, channel) the doublet u in C^2 is the real 4-vector v = (Re u, Im u) and
+    Pi acts as its realification P (symmetric, P^2 = P; 0 when degenerate). With
+    g = v^T P v / (|v|^2 + eps) the gate is v -> (1 - k) v + k g P v, so
+    <a, gate(v)> = (1 - k) a.v + k g a^T P v and
+    grad_v = (1 - k) a + k (g P a + 2 (a^T P v) (P v - g v) / (|v|^2 + eps)).
+    out [B, k], proj [Bp, 2, 2] complex (Bp = 1 or B), a [k] or [B, k] ->
+    ([B, 1], [B, k]). Checked against autograd through :func:`chiral_gate`."""
+    b, k = out.shape
+    half = k // 2
+
+    def doublets(x: Tensor) -> Tensor:  # [B, k] -> [B, N_f, 4, m]: (Re u1, Re u2, Im u1, Im u2)
+        re = x[:, :half].reshape(b, n_colors, 2, -1)
+        im = x[:, half:].reshape(b, n_colors, 2, -1)
+        return torch.cat([re, im], dim=2)
+
+    v, av = doublets(out), doublets(a.expand(b, k))
+    p = gauge.realify(proj).to(out.dtype).unsqueeze(1)  # [Bp, 1, 4, 4]
+    pv, pa = p @ v, p @ av
+    norm2 = v.square().sum(2, keepdim=True) + torch.finfo(out.dtype).eps  # [B, N_f, 1, m]
+    gate = (v * pv).sum(2, keepdim=True) / norm2
+    a_pv = (av * pv).sum(2, keepdim=True)
+    value = (1 - strength) * (av * v).sum(2, keepdim=True) + strength * gate * a_pv
+    grad = (1 - strength) * av + strength * (gate * pa + 2 * a_pv * (pv - gate * v) / norm2)
+    re, im = grad[:, :, :2], grad[:, :, 2:]
+    return value.reshape(b, -1).sum(-1, keepdim=True), torch.cat(
+        [re.reshape(b, -1), im.reshape(b, -1)], dim=-1
+    )
 
 
 # =========================================================================== configuration
@@ -885,21 +920,22 @@ class CovariantAttention(nn.Module):
         )
 
     def scalar_output_gradient(
-        self, queries: CovariantQueries, prepared: PreparedContext, create_graph: bool
+        self, queries: CovariantQueries, prepared: PreparedContext
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """A scalar head read as a potential Phi(z, x) = W_O chiral(sum_j alpha_j V~_j), with its
         gradients in closed form: no backward pass through the head (its cost on CPU is per-op
         overhead, and a backward doubles the op count; a double backward in training triples
-        it). With a = dPhi/d out (through the chiral gate, by autograd on that small piece):
+        it). With a = dPhi/d out (through the chiral gate: :func:`chiral_gate_vjp`):
 
             grad Phi = sum_j alpha_j (<a, V~_j> - <a, out>) grad l_j,
             grad l_j = J_{Q~}^T K~_j / tau - s_j grad tau / tau^2 - sigma [j charged] grad A_j,
             J_{Q~}^T y = J_psi^T (U^T y) + (dh/dz)^T M(h)^T e,  e_g = <U^T y, T_g psi>
 
         (Q~ = U(h(z)) psi(z, x), h the integrated connection, M the group exponential's
-        Jacobian: geometry.gauge.group_exp_jacobian). The expressions are ordinary tensor ops,
-        so with `create_graph` autograd differentiates them once more in training (parameters,
-        and z through earlier steps). Single queries without velocity (the kick head).
+        Jacobian: geometry.gauge.group_exp_vjp). The expressions are ordinary tensor ops, so
+        autograd differentiates them once more in training (parameters, and z through earlier
+        steps): one backward where autograd's gradient would need a double one. Single queries
+        without velocity (the kick head).
 
         queries: positions z [B, d], features x [B, d_query], value_grad [B, d] or chiral
         (broadcastable to [B]) | None.
@@ -958,11 +994,9 @@ class CovariantAttention(nn.Module):
             phi = self.w_o(out)  # [B, 1]
             a = self.w_o.weight.expand(n_batch, -1)  # [B, k]
         else:
-            proj = chiral[0]
-            with torch.enable_grad():
-                o = out if (create_graph and out.requires_grad) else out.detach().requires_grad_()
-                phi = self.w_o(chiral_gate(o, proj, cfg.n_colors, self.chirality_strength))
-                (a,) = torch.autograd.grad(phi.sum(), o, create_graph=create_graph)
+            phi, a = chiral_gate_vjp(
+                out, chiral[0], cfg.n_colors, self.chirality_strength, self.w_o.weight[0]
+            )
         # b_j = dPhi/d l_j = alpha_j (<a, V~_j> - <a, out>)
         b = weights * (_entry_products(a, values) - (out * a).sum(-1, keepdim=True))  # [B, N]
 
