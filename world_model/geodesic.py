@@ -274,7 +274,7 @@ class GeodesicContext:
     projector (None: no gate)."""
 
     force: PreparedContext
-    correction: PreparedContext
+    correction: PreparedContext | None  # None when the drift has no correction head
     force_bank: ContextBank
     correction_bank: ContextBank
     value_grad: Tensor | None = None
@@ -589,15 +589,17 @@ class GeodesicDynamics(Dynamics):
             force_bank = ContextBank.cat([force_bank, window[0]])
             correction_bank = ContextBank.cat([correction_bank, window[1]])
             window = None
+        corrects = self.config.drift_correction  # else the drift head is never read
         lines = integ.lines(force_bank.positions)  # one line per entry, shared by both banks
         force = integ.kick_head.prepare(force_bank, lines=lines)
-        correction = integ.drift_head.prepare(correction_bank, lines=lines)
+        correction = integ.drift_head.prepare(correction_bank, lines=lines) if corrects else None
         if window is not None:  # prototypes prepared once, the window per sample
             w_lines = integ.lines(history.z)  # [B, W, r, r]
             force = PreparedContext.cat([force, integ.kick_head.prepare(window[0], lines=w_lines)])
-            correction = PreparedContext.cat(
-                [correction, integ.drift_head.prepare(window[1], lines=w_lines)]
-            )
+            if correction is not None:
+                correction = PreparedContext.cat(
+                    [correction, integ.drift_head.prepare(window[1], lines=w_lines)]
+                )
             force_bank = ContextBank.cat([force_bank, window[0]])
             correction_bank = ContextBank.cat([correction_bank, window[1]])
         context = GeodesicContext(
@@ -649,9 +651,10 @@ class GeodesicDynamics(Dynamics):
         """Seed 003's nodes 67-70 (world_model.diagnostics.NodeReport, with thresholds and the
         seed's remedy) on one forward pass of the kick head: macro-level queries over the force
         bank (prototypes plus, with history, the texture window); node 67 also checks the drift
-        head and reports the worse of the two. States come from the batch's first observations
-        (at most `max_states`); without a batch (a run too short to fill one) the queries sit at
-        the prototypes. Node 68 needs the softmax kernel, node 69 a value gradient (value_fn).
+        head when the drift reads it (drift_correction) and reports the worse of the two.
+        States come from the batch's first observations (at most `max_states`); without a batch
+        (a run too short to fill one) the queries sit at the prototypes. Node 68 needs the
+        softmax kernel, node 69 a value gradient (value_fn).
         Returns (reports, the query states)."""
         from world_model import diagnostics as nodes
 
@@ -679,18 +682,20 @@ class GeodesicDynamics(Dynamics):
         gauge = nodes.gauge_invariance_check(
             integ.kick_head, queries, ctx.force_bank, generator=torch.Generator().manual_seed(0)
         )
-        drift_queries = CovariantQueries(
-            positions=z,
-            features=state_features(z, state.p),
-            velocity=state.p * poincare.inverse_metric_factor(z),
-        )
-        gauge_drift = nodes.gauge_invariance_check(
-            integ.drift_head,
-            drift_queries,
-            ctx.correction_bank,
-            generator=torch.Generator().manual_seed(1),
-        )
-        reports = [max(gauge, gauge_drift, key=lambda r: r.value)]
+        reports = [gauge]
+        if self.config.drift_correction:  # the drift head only counts when the drift reads it
+            drift_queries = CovariantQueries(
+                positions=z,
+                features=state_features(z, state.p),
+                velocity=state.p * poincare.inverse_metric_factor(z),
+            )
+            gauge_drift = nodes.gauge_invariance_check(
+                integ.drift_head,
+                drift_queries,
+                ctx.correction_bank,
+                generator=torch.Generator().manual_seed(1),
+            )
+            reports = [max(gauge, gauge_drift, key=lambda r: r.value)]
         if record.tau is not None:
             reports.append(nodes.metric_temperature_consistency_check(record))
         if record.projectors is not None:
