@@ -761,6 +761,30 @@ def test_a_precomputed_shared_chiral_projector_equals_the_per_query_one():
     assert rec.projectors.shape[0] == 1  # computed once
 
 
+def _complex_chiral_gate(out, proj, n_colors, strength):
+    """Defs 284-285 in complex arithmetic (the reference for the real-arithmetic gate)."""
+    psi = realified_to_doublet(out, n_colors)  # [..., N_f, 2, m]
+    p = proj.unsqueeze(-3)
+    commit = su2.commitment_strength(psi, p)
+    norm2 = (psi.real.square() + psi.imag.square()).sum(-2)
+    gate = commit / (norm2 + torch.finfo(out.dtype).eps)
+    return doublet_to_realified(psi + strength * (gate.unsqueeze(-2) * (p @ psi) - psi))
+
+
+def test_real_chiral_gate_equals_the_complex_definition():
+    g = torch.Generator().manual_seed(17)
+    for shape, proj_shape in (((5, 16), (5,)), ((3, 4, 24), (3, 4)), ((3, 4, 24), (1, 4))):
+        n_c = 2 if shape[-1] == 16 else 3
+        out = torch.randn(*shape, generator=g, dtype=F64)
+        n = torch.randn(*proj_shape, 3, generator=g, dtype=F64)
+        n.view(-1, 3)[0] = 0.0  # one degenerate direction
+        proj, _ = su2.chiral_projector(n)
+        for kappa in (0.0, 0.6, 1.0):
+            torch.testing.assert_close(
+                chiral_gate(out, proj, n_c, kappa), _complex_chiral_gate(out, proj, n_c, kappa)
+            )
+
+
 def test_chiral_gate_vjp_equals_autograd_through_the_complex_gate():
     """The real-arithmetic value and gradient of <a, chiral_gate(out)>: a regular projector, a
     degenerate one (Pi = 0) and a shared (batch 1) one, kappa inside and outside [0, 1]."""
@@ -774,7 +798,7 @@ def test_chiral_gate_vjp_equals_autograd_through_the_complex_gate():
         assert bool(degenerate[1]) if proj_batch == 5 else True
         for kappa in (0.0, 0.7, 1.3):
             o = out.clone().requires_grad_(True)
-            ref = (chiral_gate(o, proj, 2, kappa) * a).sum(-1, keepdim=True)
+            ref = (_complex_chiral_gate(o, proj, 2, kappa) * a).sum(-1, keepdim=True)
             (ref_grad,) = torch.autograd.grad(ref.sum(), o)
             value, grad = chiral_gate_vjp(out, proj, 2, kappa, a)
             torch.testing.assert_close(value, ref.detach(), rtol=1e-12, atol=1e-12)

@@ -91,8 +91,9 @@ def bilinear(weight: Tensor, a: Tensor, b: Tensor) -> Tensor:
 def low_rank_bilinear(u: Tensor, v: Tensor, a: Tensor, b: Tensor) -> Tensor:
     """sum_r (U_r a)_c (V_r b)_c  (seed 003 Def 291, factorized quadratic query), O(R k d).
     u, v [R, k, d], a, b [..., d] -> [..., k]."""
-    ua = torch.einsum("rcd,...d->...rc", u, a)  # [..., R, k]
-    vb = torch.einsum("rcd,...d->...rc", v, b)  # [..., R, k]
+    r, k, _ = u.shape
+    ua = (a @ u.reshape(r * k, -1).T).unflatten(-1, (r, k))  # [..., R, k]
+    vb = (b @ v.reshape(r * k, -1).T).unflatten(-1, (r, k))  # [..., R, k]
     return (ua * vb).sum(-2)
 
 
@@ -144,6 +145,20 @@ def doublet_to_realified(psi: Tensor) -> Tensor:
     return torch.cat([flat.real, flat.imag], dim=-1)
 
 
+def _doublets(x: Tensor, n_colors: int) -> Tensor:
+    """The realified layout as real doublets: x [..., k] = (Re psi, Im psi), psi in
+    C^{N_f} (x) C^2 (x) C^m -> [..., N_f, 4, m] with (Re u1, Re u2, Im u1, Im u2) on axis -2."""
+    half = x.shape[-1] // 2
+    re = x[..., :half].unflatten(-1, (n_colors, 2, -1))
+    im = x[..., half:].unflatten(-1, (n_colors, 2, -1))
+    return torch.cat([re, im], dim=-2)
+
+
+def _from_doublets(v: Tensor) -> Tensor:
+    """Inverse of :func:`_doublets`: [..., N_f, 4, m] -> [..., k]."""
+    return torch.cat([v[..., :2, :].flatten(-3), v[..., 2:, :].flatten(-3)], dim=-1)
+
+
 def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | float) -> Tensor:
     """Psi -> Psi + kappa (c^ Pi Psi - Psi) on the doublet slot  (seed 003 Defs 284-285).
 
@@ -151,15 +166,16 @@ def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | flo
     (gauge invariant by Thm 101) normalised to [0, 1]. kappa = 0 is the identity; kappa = 1
     replaces the doublet by its gated committed part; a degenerate direction (Pi = 0,
     geometry.su2) gives (1 - kappa) Psi: no commitment where the value gradient is flat.
+    Computed in real arithmetic: the doublet u in C^2 as v = (Re u, Im u) in R^4, Pi as its
+    realification P, so c^ = v^T P v / |v|^2 (complex tensors cost ~5x the ops on CPU; the
+    tests compare with the complex form).
     out [..., k] real, proj [..., 2, 2] complex -> [..., k] real.
     """
-    psi = realified_to_doublet(out, n_colors)  # [..., N_f, 2, m]
-    p = proj.unsqueeze(-3)  # [..., 1, 2, 2]
-    commit = su2.commitment_strength(psi, p)  # [..., N_f, m]
-    norm2 = (psi.real.square() + psi.imag.square()).sum(-2)  # [..., N_f, m]
-    gate = commit / (norm2 + torch.finfo(out.dtype).eps)  # [..., N_f, m] in [0, 1]
-    committed = gate.unsqueeze(-2) * (p @ psi)  # [..., N_f, 2, m]
-    return doublet_to_realified(psi + strength * (committed - psi))
+    v = _doublets(out, n_colors)  # [..., N_f, 4, m]
+    pv = gauge.realify(proj).to(out.dtype).unsqueeze(-3) @ v
+    norm2 = v.square().sum(-2, keepdim=True) + torch.finfo(out.dtype).eps
+    gate = (v * pv).sum(-2, keepdim=True) / norm2  # [..., N_f, 1, m] in [0, 1]
+    return _from_doublets(v + strength * (gate * pv - v))
 
 
 def chiral_gate_vjp(
@@ -173,27 +189,16 @@ def chiral_gate_vjp(
     <a, gate(v)> = (1 - k) a.v + k g a^T P v and
     grad_v = (1 - k) a + k (g P a + 2 (a^T P v) (P v - g v) / (|v|^2 + eps)).
     out [B, k], proj [Bp, 2, 2] complex (Bp = 1 or B), a [k] or [B, k] ->
-    ([B, 1], [B, k]). Checked against autograd through :func:`chiral_gate`."""
-    b, k = out.shape
-    half = k // 2
-
-    def doublets(x: Tensor) -> Tensor:  # [B, k] -> [B, N_f, 4, m]: (Re u1, Re u2, Im u1, Im u2)
-        re = x[:, :half].reshape(b, n_colors, 2, -1)
-        im = x[:, half:].reshape(b, n_colors, 2, -1)
-        return torch.cat([re, im], dim=2)
-
-    v, av = doublets(out), doublets(a.expand(b, k))
-    p = gauge.realify(proj).to(out.dtype).unsqueeze(1)  # [Bp, 1, 4, 4]
+    ([B, 1], [B, k]). Checked against autograd through the complex form of the gate."""
+    v, av = _doublets(out, n_colors), _doublets(a.expand_as(out), n_colors)
+    p = gauge.realify(proj).to(out.dtype).unsqueeze(-3)  # [Bp, 1, 4, 4]
     pv, pa = p @ v, p @ av
-    norm2 = v.square().sum(2, keepdim=True) + torch.finfo(out.dtype).eps  # [B, N_f, 1, m]
-    gate = (v * pv).sum(2, keepdim=True) / norm2
-    a_pv = (av * pv).sum(2, keepdim=True)
-    value = (1 - strength) * (av * v).sum(2, keepdim=True) + strength * gate * a_pv
+    norm2 = v.square().sum(-2, keepdim=True) + torch.finfo(out.dtype).eps  # [B, N_f, 1, m]
+    gate = (v * pv).sum(-2, keepdim=True) / norm2
+    a_pv = (av * pv).sum(-2, keepdim=True)
+    value = (1 - strength) * (av * v).sum(-2, keepdim=True) + strength * gate * a_pv
     grad = (1 - strength) * av + strength * (gate * pa + 2 * a_pv * (pv - gate * v) / norm2)
-    re, im = grad[:, :, :2], grad[:, :, 2:]
-    return value.reshape(b, -1).sum(-1, keepdim=True), torch.cat(
-        [re.reshape(b, -1), im.reshape(b, -1)], dim=-1
-    )
+    return value.flatten(1).sum(-1, keepdim=True), _from_doublets(grad)
 
 
 # =========================================================================== configuration
