@@ -3,7 +3,8 @@ side in one process (issue 5's cost target: the geodesic model <= 3x the GRU's).
 
     python benchmarks/agent_step_cost.py                       # Pendulum-v1, gru vs geodesic
     python benchmarks/agent_step_cost.py --rounds 7 --updates 10 --plans 20
-    python benchmarks/agent_step_cost.py --config-of geodesic nodrift.toml  # one model's config
+    python benchmarks/agent_step_cost.py --config-of geodesic f.toml  # one model's config
+    python benchmarks/agent_step_cost.py --variant exact-drift geodesic exact.toml  # extra row
 
 Each agent is built with the run's defaults (the config a `python -m agent.train` run would use),
 its replay buffer filled with the same random-action episodes; then the agents take turns, round
@@ -88,6 +89,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("WORLD_MODEL", "FILE"),
         help="a run config file for one model only (e.g. its [dynamics] section); repeatable",
     )
+    parser.add_argument(
+        "--variant",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("LABEL", "WORLD_MODEL", "FILE"),
+        help="one more row: WORLD_MODEL with the run config FILE, shown as LABEL; repeatable "
+        "(e.g. --variant geodesic-exact-drift geodesic exact.toml)",
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=5, help="updates timed per round")
     parser.add_argument("--plans", type=int, default=10, help="plans timed per round")
@@ -97,14 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     base = load_config_file(args.config) if args.config else {}
     own = {name: load_config_file(path) for name, path in args.config_of}
+    rows = [(name, name, own.get(name, {})) for name in args.world_models]
+    rows += [(label, name, load_config_file(path)) for label, name, path in args.variant]
     agents = {}
-    for name in args.world_models:
-        config = {**base, **{k: {**base.get(k, {}), **v} for k, v in own.get(name, {}).items()}}
+    for label, name, extra in rows:
+        config = {**base, **{k: {**base.get(k, {}), **v} for k, v in extra.items()}}
         agent = build_agent(args.env, name, config, args.seed)
         fill_buffer(agent, args.transitions, args.seed)
         agent.update()  # warm-up: optimiser state, first-call allocations
         agent.act(agent.env.observation_space.sample(), explore=True)
-        agents[name] = agent
+        agents[label] = agent
     observations = [
         agents[args.world_models[0]].env.observation_space.sample() for _ in range(args.plans)
     ]
