@@ -116,8 +116,11 @@ class GeodesicState(LatentState):
 class GeodesicConfig(DynamicsConfig):
     """GeodesicCrossAttention dynamics (seed 003 Def 287) and its encoder."""
 
-    latent_dim: int = 8
-    """dimension d of the ball (and of the momentum)"""
+    latent_dim: int = 16
+    """dimension d of the ball (and of the momentum). 16 learned faster than 8 on Pendulum-v1 on
+    every seed tried: mean eval return at 2.5k steps -190 / -638 / -160 / -417 (seeds 1-4)
+    against -377 / -725 / -260 / -649, at about the same cost per step (per-op overhead
+    dominates at these sizes)"""
     encoder: str = "mlp"
     """obs -> (z, p): 'mlp' (z = exp_0(u), p = lambda(z) m from an MLP), 'linear' (z = an affine
     map projected into the ball, p affine), or 'identity' (observations are (z, p) themselves,
