@@ -172,12 +172,13 @@ class GeodesicConfig(DynamicsConfig):
     (seed 003 Def 285); False: no projector, no chiral gate"""
     force: str = "potential"
     """kick force: 'potential' (the kick head reads a scalar potential Phi(z) from the force
-    bank and the force is -grad Phi by autograd: conservative, so the learned dynamics keep
-    energy; the default) or 'field' (the head's output is the force vector itself, the seed
-    listing's reading of Prop 101: not a gradient field, so it can pump energy)"""
+    bank and the force is -grad Phi (see potential_gradient): conservative, so the learned
+    dynamics keep energy; the default) or 'field' (the head's output is the force vector
+    itself, the seed listing's reading of Prop 101: not a gradient field, so it can pump
+    energy)"""
     potential_gradient: str = "closed_form"
     """how force = 'potential' differentiates Phi: 'closed_form' (CovariantAttention.
-    scalar_output_gradient: no backward pass through the kick head, ~2x cheaper per kick and no
+    scalar_output_gradient: no backward pass through the kick head, 1.5-2x cheaper per kick and no
     double backward in training; heads without a closed form fall back to autograd) or
     'autograd' (the reference the tests compare it with)"""
     drift_correction: bool = True
