@@ -388,15 +388,11 @@ class GeodesicCrossAttention(nn.Module):
             and self.kick_head.has_closed_form_gradient()
             and not record  # diagnostics read the head's AttentionRecord
         ):
-            queries = CovariantQueries(
-                positions=z,
-                features=torch.cat([z, poincare.logmap0(z)], dim=-1),
-                chiral=context.chiral_for(self.kick_head),
+            _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(
+                self._kick_queries(z, context), context.force
             )
-            _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(queries, context.force)
-            d = z.shape[-1]
-            grad = grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:])
-            force = -grad
+            d = z.shape[-1]  # chain rule through the features (z, log_0 z) of _kick_queries
+            force = -(grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:]))
         else:
             training = torch.is_grad_enabled()
             with torch.enable_grad():
@@ -409,15 +405,18 @@ class GeodesicCrossAttention(nn.Module):
                 force, lines = force.detach(), lines.detach()
         return force + self.confinement * confining_force(z), lines
 
-    def _kick_head_output(
-        self, z: Tensor, context: GeodesicContext, lines: Tensor, record: bool
-    ) -> Tensor:
-        queries = CovariantQueries(
+    def _kick_queries(self, z: Tensor, context: GeodesicContext) -> CovariantQueries:
+        """The kick head's queries at z [B, d]: features (z, log_0 z) [B, 2d]."""
+        return CovariantQueries(
             positions=z,
             features=torch.cat([z, poincare.logmap0(z)], dim=-1),
             chiral=context.chiral_for(self.kick_head),
         )
-        out, rec = self.kick_head(queries, context.force, lines)
+
+    def _kick_head_output(
+        self, z: Tensor, context: GeodesicContext, lines: Tensor, record: bool
+    ) -> Tensor:
+        out, rec = self.kick_head(self._kick_queries(z, context), context.force, lines)
         if record and context.records is not None:
             context.records.append(rec)
         return out

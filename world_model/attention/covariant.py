@@ -965,7 +965,8 @@ class CovariantAttention(nn.Module):
         else:
             eye = torch.eye(r, dtype=z.dtype, device=z.device)
             lines = eye + (h @ gens.reshape(n_gen, r * r)).reshape(n_batch, r, r)
-        # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1
+        # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1:
+        # query_field without velocity terms, its factors U_r z, V_r z kept for the gradient
         rank, k = self.q_gamma_u.shape[:2]
         u_mat = self.q_gamma_u.reshape(rank * k, d)
         v_mat = self.q_gamma_v.reshape(rank * k, d)
