@@ -171,11 +171,19 @@ def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | flo
     tests compare with the complex form).
     out [..., k] real, proj [..., 2, 2] complex -> [..., k] real.
     """
-    v = _doublets(out, n_colors)  # [..., N_f, 4, m]
-    pv = gauge.realify(proj).to(out.dtype).unsqueeze(-3) @ v
-    norm2 = v.square().sum(-2, keepdim=True) + torch.finfo(out.dtype).eps
-    gate = (v * pv).sum(-2, keepdim=True) / norm2  # [..., N_f, 1, m] in [0, 1]
+    v, _, pv, _, gate = _gate_terms(out, proj, n_colors)
     return _from_doublets(v + strength * (gate * pv - v))
+
+
+def _gate_terms(out: Tensor, proj: Tensor, n_colors: int) -> tuple[Tensor, ...]:
+    """The chiral gate's pieces in real arithmetic: doublets v [..., N_f, 4, m], the realified
+    projector P [..., 1, 4, 4], P v, |v|^2 + eps and the commitment
+    g = v^T P v / (|v|^2 + eps) [..., N_f, 1, m] in [0, 1]."""
+    v = _doublets(out, n_colors)
+    p = gauge.realify(proj).to(out.dtype).unsqueeze(-3)
+    pv = p @ v
+    norm2 = v.square().sum(-2, keepdim=True) + torch.finfo(out.dtype).eps
+    return v, p, pv, norm2, (v * pv).sum(-2, keepdim=True) / norm2
 
 
 def chiral_gate_vjp(
@@ -190,11 +198,9 @@ def chiral_gate_vjp(
     grad_v = (1 - k) a + k (g P a + 2 (a^T P v) (P v - g v) / (|v|^2 + eps)).
     out [B, k], proj [Bp, 2, 2] complex (Bp = 1 or B), a [k] or [B, k] ->
     ([B, 1], [B, k]). Checked against autograd through the complex form of the gate."""
-    v, av = _doublets(out, n_colors), _doublets(a.expand_as(out), n_colors)
-    p = gauge.realify(proj).to(out.dtype).unsqueeze(-3)  # [Bp, 1, 4, 4]
-    pv, pa = p @ v, p @ av
-    norm2 = v.square().sum(-2, keepdim=True) + torch.finfo(out.dtype).eps  # [B, N_f, 1, m]
-    gate = (v * pv).sum(-2, keepdim=True) / norm2
+    v, p, pv, norm2, gate = _gate_terms(out, proj, n_colors)
+    av = _doublets(a.expand_as(out), n_colors)
+    pa = p @ av
     a_pv = (av * pv).sum(-2, keepdim=True)
     value = (1 - strength) * (av * v).sum(-2, keepdim=True) + strength * gate * a_pv
     grad = (1 - strength) * av + strength * (gate * pa + 2 * a_pv * (pv - gate * v) / norm2)
@@ -415,7 +421,7 @@ class PreparedContext:
     lines: Tensor
     charged: bool = True  # any colour-charged (texture) entry: False skips area-law screening
     ridge_inverse: Tensor | None = None  # kernel "krr": (K_kk + lam I)^-1 [Bc, N, N], once
-    charged_index: Tensor | None = None  # [C] entries charged in some batch row (None: all)
+    charged_index: Tensor | None = None  # [C] entries charged in some row (None: not yet read)
 
     @property
     def batch_size(self) -> int:
@@ -454,10 +460,7 @@ class PreparedContext:
         for p in parts:
             offsets.append(offsets[-1] + p.positions.shape[1])
         charged_index = torch.cat(
-            [
-                o + (p.charged_index if p.charged_index is not None else _charged_columns(p.levels))
-                for o, p in zip(offsets[:-1], parts, strict=True)
-            ]
+            [o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)]
         )
         return PreparedContext(
             positions=joined("positions"),
@@ -744,6 +747,7 @@ class CovariantAttention(nn.Module):
         if lines is None:  # given: the entries' lines of this head's connection, computed once
             lines = self.lines_to_origin(context.positions, connection)  # [Bc, N, r, r]
         keys, values = apply_in_channels(lines, psi_k), apply_in_channels(lines, psi_v)
+        charged_index = _charged_columns(context.levels)
         return PreparedContext(
             positions=context.positions,
             levels=context.levels,
@@ -752,8 +756,8 @@ class CovariantAttention(nn.Module):
             keys=keys,
             values=values,
             lines=lines,
-            charged=bool((context.levels != MACRO_LEVEL).any()),
-            charged_index=_charged_columns(context.levels),
+            charged=bool(charged_index.numel()),
+            charged_index=charged_index,
             ridge_inverse=self._ridge_inverse(keys, context.mask) if cfg.kernel == "krr" else None,
         )
 
@@ -957,14 +961,9 @@ class CovariantAttention(nn.Module):
         gens = self.generators  # [G, r, r]
         r, n_gen = self.rep_dim, gens.shape[0]
         c0, c1 = self.connection_c0, self.connection_c1  # [d, G], [d, d, G]
-        zz = (z.unsqueeze(-1) * z.unsqueeze(-2)).reshape(n_batch, d * d)  # [B, d^2]
-        h = z @ c0 + 0.5 * zz @ c1.reshape(d * d, n_gen)  # [B, G]: integrated connection
         group = self.group
-        if cfg.wilson == "exp":
-            lines = gauge.group_exp(group, h)  # [B, r, r]
-        else:
-            eye = torch.eye(r, dtype=z.dtype, device=z.device)
-            lines = eye + (h @ gens.reshape(n_gen, r * r)).reshape(n_batch, r, r)
+        h = gauge.affine_integral(c0, c1, z)  # [B, G]: the line's integrated connection
+        lines = gauge.line_from_integral(group, h, cfg.wilson)  # [B, r, r], as lines_to_origin
         # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1:
         # query_field without velocity terms, its factors U_r z, V_r z kept for the gradient
         rank, k = self.q_gamma_u.shape[:2]
@@ -1019,14 +1018,13 @@ class CovariantAttention(nn.Module):
             )
         # through Q~ = U psi: the transported covector y = U^T kappa
         y = apply_in_channels(lines.transpose(-1, -2), kappa)  # [B, k]
-        psi_cols = psi.reshape(n_batch, r, -1)  # [B, r, m]
-        if cfg.wilson == "exp":  # e_g = <U^T kappa, T_g psi>, then M^T e
-            outer = y.reshape(n_batch, r, -1) @ psi_cols.transpose(-1, -2)  # [B, r, r]
-            e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T  # [B, G]
+        # e_g = <kappa, dU/dh_g psi>: exp, dU/dh_g = U sum_g' M[g', g] T_g', so
+        # e = M^T <U^T kappa, T psi>; first order, dU/dh_g = T_g, so e = <kappa, T psi>
+        w = y if cfg.wilson == "exp" else kappa
+        outer = w.reshape(n_batch, r, -1) @ psi.reshape(n_batch, r, -1).transpose(-1, -2)
+        e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T  # [B, G]
+        if cfg.wilson == "exp":
             e = gauge.group_exp_vjp(group, h, e)
-        else:  # dU/dh_g = T_g
-            outer = kappa.reshape(n_batch, r, -1) @ psi_cols.transpose(-1, -2)
-            e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T
         # dh_g/dz_m = c0[m, g] + 1/2 sum_n (c1[m, n, g] + c1[n, m, g]) z_n
         c1_sym = (c1 + c1.transpose(0, 1)).reshape(d, d * n_gen)  # [m, (n, g)]
         ze = (z.unsqueeze(-1) * e.unsqueeze(-2)).reshape(n_batch, d * n_gen)  # [B, (n, g)]
