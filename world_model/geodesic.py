@@ -32,10 +32,13 @@ z; mass G(z) = lambda(z)^2 I. One environment step of length h:
   **deterministic when planning** (`stochastic=False` takes the OU mean c1 p). An optional learned
   thermostat head adds a residual read from a bank of fresh noise vectors (zero in the mean).
 
-The two kicks use one head and the two drifts another (B1 = B2, A1 = A2): the splitting is then
-symmetric (its deterministic part time-reversible), and the closing kick's attention force at
-z_{t+1} is the next step's opening one, so a rollout evaluates it once per step (cached on the
-state object; recomputed whenever the state was copied or the context changed).
+The two kicks use one head and the two drifts another (B1 = B2, A1 = A2), and the closing
+kick's attention force at z_{t+1} is the next step's opening one, so a rollout evaluates it once
+per step (cached on the state object; recomputed whenever the state was copied or the context
+changed). The drift correction is read once per step, at the first half-drift's start, and reused
+by the second (`drift_correction_once`, the default: one drift-head evaluation per step; without
+a correction, or with `drift_correction_once = False`, the splitting is symmetric and its
+deterministic part time-reversible).
 
 Context (DESIGN.md, "How data flows", 3): providers build banks once per planning call / training
 batch: the prototype pool (macro, level 0) and, when history is given, the recent trajectory
@@ -190,6 +193,11 @@ class GeodesicConfig(DynamicsConfig):
     eval return at 5k fell to -442 / -206 / -113 (seeds 1-3) against -128 / -124 / -111 with it.
     On PoincareDisk-v0, whose observed state is already the latent (z, p), the exact flow is
     enough (the disk benchmark turns the correction off)."""
+    drift_correction_once: bool = True
+    """evaluate the drift correction once per step, at the first half-drift's start, and reuse it
+    (in the orthonormal frame) for the second half-drift: one drift-head evaluation and one
+    Wilson line per step instead of two each (about 30% of a planning step). False: each
+    half-drift reads the head at its own start point (the symmetric splitting A1 = A2)"""
     drift: str = "geodesic"
     """A step: 'geodesic' (exp map + parallel transport: carries -dK/dz exactly) or 'euclidean'
     (z += t G^-1 p at fixed p: the seed listing's step, which drops the geodesic term; an
@@ -442,29 +450,34 @@ class GeodesicCrossAttention(nn.Module):
         context: GeodesicContext,
         lines: Tensor | None = None,
         record: bool = False,
-    ) -> tuple[Tensor, Tensor]:
+        correction: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """A step for time t: z' = exp_z(t (v + delta)), v' = P_{z->z'} v, p' = G(z') v'.
-        delta = 0 (no correction) is the exact geodesic flow of K = 1/2 p^T G^-1 p."""
+        delta = 0 (no correction) is the exact geodesic flow of K = 1/2 p^T G^-1 p.
+        delta = out / lambda(z), `out` [B, d] the drift head's output in the orthonormal frame
+        at z; a given `correction` is used as `out` instead of reading the head.
+        Returns (z', p', out) (out None without drift correction)."""
         cfg = self.config
         v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
         step = v
         if cfg.drift_correction:
-            queries = CovariantQueries(
-                positions=z,
-                features=state_features(z, p),
-                velocity=v,
-                chiral=context.chiral_for(self.drift_head),
-            )
-            lines = self.lines(z) if lines is None else lines
-            out, rec = self.drift_head(queries, context.correction, lines)  # [B, d]
-            if record and context.records is not None:
-                context.records.append(rec)
-            step = v + out / poincare.conformal_factor(z)
+            if correction is None:
+                queries = CovariantQueries(
+                    positions=z,
+                    features=state_features(z, p),
+                    velocity=v,
+                    chiral=context.chiral_for(self.drift_head),
+                )
+                lines = self.lines(z) if lines is None else lines
+                correction, rec = self.drift_head(queries, context.correction, lines)  # [B, d]
+                if record and context.records is not None:
+                    context.records.append(rec)
+            step = v + correction / poincare.conformal_factor(z)
         if cfg.drift == "euclidean":  # the seed listing's step: no geodesic term (ablation)
-            return poincare.project(z + t * step, cfg.max_norm), p
+            return poincare.project(z + t * step, cfg.max_norm), p, correction
         z_new = poincare.project(poincare.expmap(z, t * step), cfg.max_norm)
         v_new = poincare.parallel_transport(z, z_new, v)
-        return z_new, v_new * poincare.metric_factor(z_new)
+        return z_new, v_new * poincare.metric_factor(z_new), correction
 
     def thermostat(
         self, z: Tensor, p: Tensor, context: GeodesicContext, stochastic: bool
@@ -505,15 +518,18 @@ class GeodesicCrossAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
         """One B-A-O-A-B step. z, p [B, d], action [B, A]; `cache` = (position-only kick force,
         Wilson lines) at z from the previous step (None: computed). Returns (z', p', cache at z').
-        Lines are computed at three points per step (z, the half-step, z'), z's from the cache."""
+        Lines are computed at z' (z's come from the cache), and at the half-step too when each
+        half-drift reads its own correction (drift_correction_once = False)."""
         h = self.config.dt
         if cache is None:
             cache = self.kick_force(z, context, record)
         force, lines = cache
         p = p + 0.5 * h * (force + self.control_force(z, action))  # B
-        z, p = self.drift(z, p, 0.5 * h, context, lines, record)  # A
+        z, p, correction = self.drift(z, p, 0.5 * h, context, lines, record)  # A
         p = self.thermostat(z, p, context, stochastic)  # O
-        z, p = self.drift(z, p, 0.5 * h, context, None, record)  # A
+        if not self.config.drift_correction_once:
+            correction = None  # the second half-drift reads the head at its own start
+        z, p, _ = self.drift(z, p, 0.5 * h, context, None, record, correction)  # A
         force, lines = self.kick_force(z, context, record)
         p = p + 0.5 * h * (force + self.control_force(z, action))  # B
         return z, p, (force, lines)

@@ -17,12 +17,14 @@ import torch
 
 from geometry import langevin, poincare
 from world_model.attention.context import ContextBank
+from world_model.attention.covariant import CovariantQueries
 from world_model.geodesic import (
     GeodesicConfig,
     GeodesicDynamics,
     GeodesicState,
     confining_force,
 )
+from world_model.memory.window import state_features
 from world_model.model import WorldModel
 from world_model.registry import available_dynamics, build_dynamics
 
@@ -195,6 +197,50 @@ def test_cached_kick_force_equals_recomputing_it():
         fresh = dyn.next(GeodesicState(fresh.z, fresh.p), a[t], ctx)  # copies drop the cache
     torch.testing.assert_close(cached.z, fresh.z)
     torch.testing.assert_close(cached.p, fresh.p)
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_drift_correction_is_read_once_per_step_or_at_each_half_drift(once):
+    """drift_correction_once: the drift head is evaluated once per step and its output reused by
+    the second half-drift (at that point's conformal factor); False reads it at each half-drift's
+    own start. Recomposed here from the head's forward and the ball's exp map / transport."""
+    dyn = small(drift_correction=True, drift_correction_once=once, friction=0.3).double()
+    integ = dyn.integrator
+    with torch.no_grad():
+        integ.drift_head.w_o.weight.normal_(0, 0.5)  # a correction that is not zero
+    state = dyn.encode(torch.randn(8, 6, dtype=F64))
+    action = torch.rand(8, 2, dtype=F64) * 2 - 1
+    calls = []
+    hook = integ.drift_head.register_forward_hook(lambda *_: calls.append(1))
+    with torch.no_grad():
+        ctx = dyn.context(state)
+        out = dyn.next(state, action, ctx)
+        calls_in_step = len(calls)
+
+        def head(z, p):  # the drift head's output (orthonormal frame) at (z, p)
+            v = p * poincare.inverse_metric_factor(z)
+            queries = CovariantQueries(z, state_features(z, p), velocity=v)
+            return integ.drift_head(queries, ctx.correction)[0]
+
+        def half_drift(z, p, out):  # exp_z(h/2 (v + out / lambda)), v transported
+            v = p * poincare.inverse_metric_factor(z)
+            step = v + out / poincare.conformal_factor(z)
+            z_new = poincare.project(poincare.expmap(z, 0.5 * step), 0.999)
+            v_new = poincare.parallel_transport(z, z_new, v)
+            return z_new, v_new * poincare.metric_factor(z_new)
+
+        h = 1.0
+        z, p = state.z, state.p
+        p = p + 0.5 * h * (integ.kick_force(z, ctx)[0] + integ.control_force(z, action))
+        first = head(z, p)
+        z, p = half_drift(z, p, first)
+        p = p * torch.exp(-integ.friction * h)  # the OU mean (planning)
+        z, p = half_drift(z, p, first if once else head(z, p))
+        p = p + 0.5 * h * (integ.kick_force(z, ctx)[0] + integ.control_force(z, action))
+    hook.remove()
+    assert calls_in_step == (1 if once else 2)
+    torch.testing.assert_close(out.z, z)
+    torch.testing.assert_close(out.p, p)
 
 
 def test_consistency_loss_is_zero_on_itself_and_grows_with_distance():
