@@ -129,7 +129,13 @@ class Agent:
         self.model = WorldModel(self.obs_dim, self.action_dim, dynamics, config.model)
         self.model.to(self.device)
         groups = self.model.model_parameter_groups()
-        param_groups = [{"params": groups["dynamics"] + groups["heads"], "lr": ac.lr}]
+        if ac.dynamics_lr_scale == 1.0:  # one group, as checkpoints before the option have
+            param_groups = [{"params": groups["dynamics"] + groups["heads"], "lr": ac.lr}]
+        else:
+            param_groups = [
+                {"params": groups["dynamics"], "lr": ac.lr * ac.dynamics_lr_scale},
+                {"params": groups["heads"], "lr": ac.lr},
+            ]
         if groups["encoder"]:
             param_groups.append({"params": groups["encoder"], "lr": ac.lr * ac.encoder_lr_scale})
         # RiemannianAdam is Adam on ordinary parameters; ManifoldParameters stay on their manifold

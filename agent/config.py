@@ -124,6 +124,8 @@ class AgentConfig:
     """learning rate of the world model (RiemannianAdam) and the policy (Adam)"""
     encoder_lr_scale: float = 0.3
     """the encoder's learning rate relative to lr"""
+    dynamics_lr_scale: float = 1.0
+    """the latent dynamics' learning rate relative to lr"""
     grad_clip: float = 20.0
     """gradient-norm clip of each optimiser"""
     q_tau: float = 0.01
@@ -141,7 +143,7 @@ class AgentConfig:
             _nonnegative_int(self, "pretrain_updates", "agent")
         if not self.updates_per_step > 0:
             raise ConfigError(f"agent.updates_per_step must be > 0, got {self.updates_per_step}")
-        for name in ("lr", "encoder_lr_scale", "grad_clip"):
+        for name in ("lr", "encoder_lr_scale", "dynamics_lr_scale", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"agent.{name} must be > 0, got {getattr(self, name)}")
         for name in ("q_tau", "encoder_tau", "scale_tau"):

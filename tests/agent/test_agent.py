@@ -77,6 +77,19 @@ def test_update_schedule_with_pretraining_and_fractional_rates():
     assert agent.num_updates == 22
 
 
+def test_learning_rate_scales_reach_their_parameter_groups():
+    """agent.dynamics_lr_scale and encoder_lr_scale set the rate of exactly those parameters;
+    at the default scale 1 the dynamics share one group with the heads (as older checkpoints)."""
+    agent = make_agent(agent={"lr": 1e-3, "dynamics_lr_scale": 3.0, "encoder_lr_scale": 0.5})
+    groups = agent.model.model_parameter_groups()
+    rate = {id(p): g["lr"] for g in agent.optim.param_groups for p in g["params"]}
+    for name, expected in (("dynamics", 3e-3), ("heads", 1e-3), ("encoder", 5e-4)):
+        assert groups[name] and all(rate[id(p)] == pytest.approx(expected) for p in groups[name])
+    assert len(make_agent().optim.param_groups) == 2
+    with pytest.raises(ConfigError, match="agent.dynamics_lr_scale must be > 0"):
+        RunConfig.from_dict(tiny(agent={"dynamics_lr_scale": 0.0}))
+
+
 def test_predict_shapes_and_errors():
     agent = make_agent()
     obs = np.zeros(3, dtype=np.float32)
