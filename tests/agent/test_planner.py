@@ -86,6 +86,29 @@ def test_estimate_value_matches_the_discounted_sum():
     torch.testing.assert_close(v, torch.tensor(expected))
 
 
+class FeedbackToy(QuadraticToy):
+    """QuadraticToy whose policy prior depends on the state: pi(x) = 0.2 - 0.5 x."""
+
+    def pi(self, state, *, generator=None, deterministic=False):
+        return 0.2 - 0.5 * state.x, {}
+
+
+def test_policy_rows_draw_their_actions_along_their_own_rollout():
+    """estimate_value(policy_rows=k): the first k sequences take a_t = pi(x_t) at their own
+    states, written into `actions`; the other rows and the values are as for given actions."""
+    toy = FeedbackToy(goal=torch.tensor([0.5]))
+    x0 = PointState(torch.tensor([[0.1], [0.3], [-0.2], [0.0]]))
+    actions = torch.full((3, 4, 1), 0.7)  # [H=3, N=4, A=1]; rows 0-1 get overwritten
+    values = estimate_value(toy, x0, actions, "ctx", discount=0.9, policy_rows=2)
+    for row, x in ((0, 0.1), (1, 0.3)):  # by hand: a = 0.2 - 0.5 x, x' = x + a
+        for t in range(3):
+            a = 0.2 - 0.5 * x
+            assert float(actions[t, row, 0]) == pytest.approx(a)
+            x = x + a
+    assert (actions[:, 2:] == 0.7).all()
+    torch.testing.assert_close(values, estimate_value(toy, x0, actions, "ctx", discount=0.9))
+
+
 @pytest.mark.parametrize("method", ["mppi", "cem"])
 def test_planner_finds_the_optimum_of_a_quadratic_cost(method):
     goal = torch.tensor([0.45, -0.3])
