@@ -58,7 +58,6 @@ from torch import Tensor, nn
 from geometry import langevin, poincare
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import (
-    AttentionRecord,
     CovariantAttention,
     CovariantAttentionConfig,
     CovariantQueries,
@@ -292,7 +291,6 @@ class GeodesicContext:
     force_bank: ContextBank
     correction_bank: ContextBank
     value_grad: Tensor | None = None
-    records: list[AttentionRecord] | None = field(default=None)
     _chiral: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False)
 
     def chiral_for(self, head: CovariantAttention) -> tuple[Tensor, Tensor] | None:
@@ -373,9 +371,7 @@ class GeodesicCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ forces
 
-    def kick_force(
-        self, z: Tensor, context: GeodesicContext, record: bool = False
-    ) -> tuple[Tensor, Tensor]:
+    def kick_force(self, z: Tensor, context: GeodesicContext) -> tuple[Tensor, Tensor]:
         """The position-only part of the kick at z, F_attn + F_conf, and the Wilson lines at z
         (both reused by the next step's opening kick and drift). z [B, d] -> ([B, d], [B, r, r]).
 
@@ -389,13 +385,9 @@ class GeodesicCrossAttention(nn.Module):
         cfg = self.config
         if cfg.force == "field":
             lines = self.lines(z)
-            out = self._kick_head_output(z, context, lines, record)  # [B, d] orthonormal frame
+            out = self._kick_head_output(z, context, lines)  # [B, d] orthonormal frame
             force = poincare.conformal_factor(z) * out
-        elif (
-            cfg.potential_gradient == "closed_form"
-            and self.kick_head.has_closed_form_gradient()
-            and not record  # diagnostics read the head's AttentionRecord
-        ):
+        elif cfg.potential_gradient == "closed_form" and self.kick_head.has_closed_form_gradient():
             _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(
                 self._kick_queries(z, context), context.force
             )
@@ -406,7 +398,7 @@ class GeodesicCrossAttention(nn.Module):
             with torch.enable_grad():
                 zq = z if (training and z.requires_grad) else z.detach().requires_grad_(True)
                 lines = self.lines(zq)
-                phi = self._kick_head_output(zq, context, lines, record)  # [B, 1]
+                phi = self._kick_head_output(zq, context, lines)  # [B, 1]
                 (grad,) = torch.autograd.grad(phi.sum(), zq, create_graph=training)
             force = -grad
             if not training:
@@ -421,12 +413,8 @@ class GeodesicCrossAttention(nn.Module):
             chiral=context.chiral_for(self.kick_head),
         )
 
-    def _kick_head_output(
-        self, z: Tensor, context: GeodesicContext, lines: Tensor, record: bool
-    ) -> Tensor:
-        out, rec = self.kick_head(self._kick_queries(z, context), context.force, lines)
-        if record and context.records is not None:
-            context.records.append(rec)
+    def _kick_head_output(self, z: Tensor, context: GeodesicContext, lines: Tensor) -> Tensor:
+        out, _ = self.kick_head(self._kick_queries(z, context), context.force, lines)
         return out
 
     def control_force(self, z: Tensor, action: Tensor) -> Tensor:
@@ -449,7 +437,6 @@ class GeodesicCrossAttention(nn.Module):
         t: float,
         context: GeodesicContext,
         lines: Tensor | None = None,
-        record: bool = False,
         correction: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """A step for time t: z' = exp_z(t (v + delta)), v' = P_{z->z'} v, p' = G(z') v'.
@@ -469,9 +456,7 @@ class GeodesicCrossAttention(nn.Module):
                     chiral=context.chiral_for(self.drift_head),
                 )
                 lines = self.lines(z) if lines is None else lines
-                correction, rec = self.drift_head(queries, context.correction, lines)  # [B, d]
-                if record and context.records is not None:
-                    context.records.append(rec)
+                correction, _ = self.drift_head(queries, context.correction, lines)  # [B, d]
             step = v + correction / poincare.conformal_factor(z)
         if cfg.drift == "euclidean":  # the seed listing's step: no geodesic term (ablation)
             return poincare.project(z + t * step, cfg.max_norm), p, correction
@@ -514,7 +499,6 @@ class GeodesicCrossAttention(nn.Module):
         *,
         stochastic: bool = False,
         cache: tuple[Tensor, Tensor] | None = None,
-        record: bool = False,
     ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
         """One B-A-O-A-B step. z, p [B, d], action [B, A]; `cache` = (position-only kick force,
         Wilson lines) at z from the previous step (None: computed). Returns (z', p', cache at z').
@@ -522,15 +506,15 @@ class GeodesicCrossAttention(nn.Module):
         half-drift reads its own correction (drift_correction_once = False)."""
         h = self.config.dt
         if cache is None:
-            cache = self.kick_force(z, context, record)
+            cache = self.kick_force(z, context)
         force, lines = cache
         p = p + 0.5 * h * (force + self.control_force(z, action))  # B
-        z, p, correction = self.drift(z, p, 0.5 * h, context, lines, record)  # A
+        z, p, correction = self.drift(z, p, 0.5 * h, context, lines)  # A
         p = self.thermostat(z, p, context, stochastic)  # O
         if not self.config.drift_correction_once:
             correction = None  # the second half-drift reads the head at its own start
-        z, p, _ = self.drift(z, p, 0.5 * h, context, None, record, correction)  # A
-        force, lines = self.kick_force(z, context, record)
+        z, p, _ = self.drift(z, p, 0.5 * h, context, None, correction)  # A
+        force, lines = self.kick_force(z, context)
         p = p + 0.5 * h * (force + self.control_force(z, action))  # B
         return z, p, (force, lines)
 
