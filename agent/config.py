@@ -125,7 +125,9 @@ class AgentConfig:
     encoder_lr_scale: float = 0.3
     """the encoder's learning rate relative to lr"""
     dynamics_lr_scale: float = 1.0
-    """the latent dynamics' learning rate relative to lr"""
+    """the latent dynamics' learning rate relative to lr (the disk benchmark trains the geodesic
+    model best at a higher rate than a GRU; on Pendulum-v1, 3.0 was tried on the geodesic agent:
+    -472 at 2.5k steps on seed 2 against -410 at 1.0, not adopted)"""
     grad_clip: float = 20.0
     """gradient-norm clip of each optimiser"""
     q_tau: float = 0.01

@@ -195,8 +195,11 @@ class GeodesicConfig(DynamicsConfig):
     drift_correction_once: bool = True
     """evaluate the drift correction once per step, at the first half-drift's start, and reuse it
     (in the orthonormal frame) for the second half-drift: one drift-head evaluation and one
-    Wilson line per step instead of two each (about 30% of a planning step). False: each
-    half-drift reads the head at its own start point (the symmetric splitting A1 = A2)"""
+    Wilson line per step instead of two each (a planning step 6.2 -> 4.7 ms; the agent's plan
+    4.6x -> 3.6x the GRU's). On Pendulum-v1 it fits as well (consistency loss 6e-4 against 9e-4
+    at 4.6k steps) and learned faster at 2.5k steps on 3 of 4 seeds (-159 / -411 / -262 / -152
+    against -190 / -698 / -160 / -417). False: each half-drift reads the head at its own start
+    point (the symmetric splitting A1 = A2)"""
     drift: str = "geodesic"
     """A step: 'geodesic' (exp map + parallel transport: carries -dK/dz exactly) or 'euclidean'
     (z += t G^-1 p at fixed p: the seed listing's step, which drops the geodesic term; an
