@@ -32,6 +32,7 @@ kappa = 0) is standard attention W_O softmax(QK^T / sqrt(d_k)) V through this sa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -145,18 +146,43 @@ def doublet_to_realified(psi: Tensor) -> Tensor:
     return torch.cat([flat.real, flat.imag], dim=-1)
 
 
-def _doublets(x: Tensor, n_colors: int) -> Tensor:
-    """The realified layout as real doublets: x [..., k] = (Re psi, Im psi), psi in
-    C^{N_f} (x) C^2 (x) C^m -> [..., N_f, 4, m] with (Re u1, Re u2, Im u1, Im u2) on axis -2."""
-    half = x.shape[-1] // 2
-    re = x[..., :half].unflatten(-1, (n_colors, 2, -1))
-    im = x[..., half:].unflatten(-1, (n_colors, 2, -1))
-    return torch.cat([re, im], dim=-2)
+@functools.lru_cache(maxsize=32)
+def _doublet_layout(
+    n_colors: int, k: int, dtype: torch.dtype, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Where the real doublets sit in the flat layout x [..., k] = (Re psi, Im psi), psi in
+    C^{N_f} (x) C^2 (x) C^m: per (colour c, channel j) the 4-vector v = (Re u1, Re u2, Im u1,
+    Im u2) of its doublet u. Returns (basis [16, k * k], groups [k, N_f m]): a 4 x 4 matrix P
+    acting on every v is the flat k x k operator P.flatten() @ basis, and x^2 @ groups sums
+    each doublet's |v|^2. Built once per (N_f, k, dtype, device); read only."""
+    m = k // (4 * n_colors)
+    c, a, j = torch.meshgrid(
+        torch.arange(n_colors), torch.arange(4), torch.arange(m), indexing="ij"
+    )  # [N_f, 4, m] each
+    flat = (a >= 2) * (k // 2) + c * 2 * m + (a % 2) * m + j  # index of v_a of (c, j) in x
+    basis = torch.zeros(4, 4, k, k, dtype=torch.float64)
+    for row in range(4):
+        for col in range(4):
+            basis[row, col, flat[:, row], flat[:, col]] = 1.0
+    groups = torch.zeros(k, n_colors * m, dtype=torch.float64)
+    groups[flat.permute(1, 0, 2).reshape(4, -1), torch.arange(n_colors * m)] = 1.0
+    return basis.reshape(16, k * k).to(device, dtype), groups.to(device, dtype)
 
 
-def _from_doublets(v: Tensor) -> Tensor:
-    """Inverse of :func:`_doublets`: [..., N_f, 4, m] -> [..., k]."""
-    return torch.cat([v[..., :2, :].flatten(-3), v[..., 2:, :].flatten(-3)], dim=-1)
+def chiral_operator(proj: Tensor, n_colors: int, k: int, dtype: torch.dtype) -> Tensor:
+    """Pi acting on every doublet of the flat layout, as one real matrix: proj [..., 2, 2]
+    complex -> [..., k, k] (the realification [[Re Pi, -Im Pi], [Im Pi, Re Pi]] placed on each
+    (colour, channel) doublet; symmetric, idempotent; 0 for a degenerate Pi)."""
+    basis, _ = _doublet_layout(n_colors, k, dtype, proj.device)
+    p = gauge.realify(proj).to(dtype)  # [..., 4, 4]
+    return (p.flatten(-2) @ basis).unflatten(-1, (k, k))
+
+
+def _apply_operator(op: Tensor, x: Tensor) -> Tensor:
+    """op x for op [..., k, k] broadcastable to x [..., k] (one shared operator: one product)."""
+    if op.shape[:-2].numel() == 1:
+        return x @ op.reshape(op.shape[-2:]).mT
+    return (op @ x.unsqueeze(-1)).squeeze(-1)
 
 
 def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | float) -> Tensor:
@@ -166,24 +192,25 @@ def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | flo
     (gauge invariant by Thm 101) normalised to [0, 1]. kappa = 0 is the identity; kappa = 1
     replaces the doublet by its gated committed part; a degenerate direction (Pi = 0,
     geometry.su2) gives (1 - kappa) Psi: no commitment where the value gradient is flat.
-    Computed in real arithmetic: the doublet u in C^2 as v = (Re u, Im u) in R^4, Pi as its
-    realification P, so c^ = v^T P v / |v|^2 (complex tensors cost ~5x the ops on CPU; the
-    tests compare with the complex form).
-    out [..., k] real, proj [..., 2, 2] complex -> [..., k] real.
+    Computed in real arithmetic on the flat layout: Pi as one real k x k operator P
+    (:func:`chiral_operator`), so c^ = v^T P v / |v|^2 per doublet v (complex tensors, and
+    doublet reshapes, cost several times the ops on CPU; the tests compare with the complex
+    form). out [..., k] real, proj [..., 2, 2] complex -> [..., k] real.
     """
-    v, _, pv, _, gate = _gate_terms(out, proj, n_colors)
-    return _from_doublets(v + strength * (gate * pv - v))
+    _, pv, _, gate = _gate_terms(out, proj, n_colors)
+    return out + strength * (gate * pv - out)
 
 
 def _gate_terms(out: Tensor, proj: Tensor, n_colors: int) -> tuple[Tensor, ...]:
-    """The chiral gate's pieces in real arithmetic: doublets v [..., N_f, 4, m], the realified
-    projector P [..., 1, 4, 4], P v, |v|^2 + eps and the commitment
-    g = v^T P v / (|v|^2 + eps) [..., N_f, 1, m] in [0, 1]."""
-    v = _doublets(out, n_colors)
-    p = gauge.realify(proj).to(out.dtype).unsqueeze(-3)
-    pv = p @ v
-    norm2 = v.square().sum(-2, keepdim=True) + torch.finfo(out.dtype).eps
-    return v, p, pv, norm2, (v * pv).sum(-2, keepdim=True) / norm2
+    """The chiral gate's pieces on the flat layout: the operator P [..., k, k], P out, the
+    per-doublet |v|^2 + eps [..., N_f m] and the commitment g = v^T P v / (|v|^2 + eps) spread
+    back over each doublet's entries [..., k], in [0, 1]."""
+    k = out.shape[-1]
+    op = chiral_operator(proj, n_colors, k, out.dtype)
+    _, groups = _doublet_layout(n_colors, k, out.dtype, out.device)
+    pv = _apply_operator(op, out)
+    norm2 = out.square() @ groups + torch.finfo(out.dtype).eps
+    return op, pv, norm2, ((out * pv) @ groups / norm2) @ groups.T
 
 
 def chiral_gate_vjp(
@@ -198,13 +225,14 @@ def chiral_gate_vjp(
     grad_v = (1 - k) a + k (g P a + 2 (a^T P v) (P v - g v) / (|v|^2 + eps)).
     out [B, k], proj [Bp, 2, 2] complex (Bp = 1 or B), a [k] or [B, k] ->
     ([B, 1], [B, k]). Checked against autograd through the complex form of the gate."""
-    v, p, pv, norm2, gate = _gate_terms(out, proj, n_colors)
-    av = _doublets(a.expand_as(out), n_colors)
-    pa = p @ av
-    a_pv = (av * pv).sum(-2, keepdim=True)
-    value = (1 - strength) * (av * v).sum(-2, keepdim=True) + strength * gate * a_pv
-    grad = (1 - strength) * av + strength * (gate * pa + 2 * a_pv * (pv - gate * v) / norm2)
-    return value.flatten(1).sum(-1, keepdim=True), _from_doublets(grad)
+    op, pv, norm2, gate = _gate_terms(out, proj, n_colors)
+    _, groups = _doublet_layout(n_colors, out.shape[-1], out.dtype, out.device)
+    pa = _apply_operator(op, a)
+    a_pv = a * pv  # [B, k]: summed per doublet below
+    value = (1 - strength) * (a * out) + strength * gate * a_pv
+    scaled = ((a_pv @ groups) / norm2) @ groups.T  # (a^T P v) / (|v|^2 + eps), per entry
+    grad = (1 - strength) * a + strength * (gate * pa + 2 * scaled * (pv - gate * out))
+    return value.sum(-1, keepdim=True), grad
 
 
 # =========================================================================== configuration
