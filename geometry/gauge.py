@@ -18,6 +18,8 @@ materialising the [..., d, k, k] one-form.
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -26,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .su2 import complex_dtype_for, pauli, su2_exp, su2_exp_jacobian_vjp
+from .su2 import complex_dtype_for, pauli, su2_exp, su2_exp_jacobian_vjp, su2_quaternion
 
 __all__ = [
     "ConnectionFn",
@@ -446,9 +448,48 @@ def _assemble(u_c: Tensor | None, u_2: Tensor, phase: Tensor) -> Tensor:
     return realify(full * phase[..., None, None])
 
 
+def _factor_angles(group: GaugeGroup, x: Tensor) -> Tensor:
+    """The SU(2)-type factors' rotation vectors with their couplings, stacked (colour first when
+    N_f = 2): x [..., G] -> [..., F, 3], F = 1 or 2 (N_f <= 2)."""
+    n = group.n_colors
+    k = n * n - 1
+    if n == 1:
+        return (group.g_2 * x[..., :3]).unsqueeze(-2)
+    couplings = torch.tensor([[group.g_s], [group.g_2]], dtype=x.dtype, device=x.device)
+    return x[..., : k + 3].unflatten(-1, (2, 3)) * couplings
+
+
+@functools.lru_cache(maxsize=16)
+def _group_exp_basis(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """realify(U_C (x) U_2 e^(-i phi)) is linear in each of the factors' unit quaternions q
+    (U = q_0 I - i q . sigma, geometry.su2.su2_quaternion) and in (cos phi, sin phi): its
+    coefficients on the products of their components, [4^F * 2, r * r] (F SU(2)-type factors,
+    colour outer as in _assemble). Built once per group, dtype and device; read only."""
+    sig = pauli(torch.float64)
+    quaternion_basis = [torch.eye(2, dtype=sig.dtype)] + [-1j * sig[a] for a in range(3)]
+    phase_basis = (1.0, -1j)  # e^(-i phi) = cos phi - i sin phi
+    factors = 2 if group.n_colors == 2 else 1
+    rows = []
+    for combo in itertools.product(*[quaternion_basis] * factors):
+        full = combo[0] if factors == 1 else torch.kron(combo[0], combo[1])
+        rows += [realify(full * phase).flatten() for phase in phase_basis]
+    return torch.stack(rows).to(device, dtype)
+
+
 def group_exp(group: GaugeGroup, h: Tensor) -> Tensor:
-    """exp(sum_g h_g T_g) in closed form (see GaugeGroup): h [..., G] -> [..., r, r] orthogonal."""
-    return _assemble(*_factor_elements(group, h))
+    """exp(sum_g h_g T_g) in closed form (see GaugeGroup): h [..., G] -> [..., r, r] orthogonal.
+    N_f <= 2: every factor is SU(2)-type, so the line is one product of its factors' unit
+    quaternions and phase with a constant basis (real arithmetic, no complex tensors: a few
+    dozen small ops where the complex assembly took ~80); N_f > 2 assembles the factors."""
+    if group.n_colors > 2:
+        return _assemble(*_factor_elements(group, h))
+    q = su2_quaternion(_factor_angles(group, h))  # [..., F, 4]
+    phi = (0.5 * group.g_1 * group.hypercharge) * h[..., -1:]  # [..., 1]
+    coeff = torch.cat([torch.cos(phi), torch.sin(phi)], dim=-1)  # [..., 2]
+    for f in range(q.shape[-2] - 1, -1, -1):  # products, first factor outermost
+        coeff = (q[..., f, :, None] * coeff.unsqueeze(-2)).flatten(-2)
+    r = group.dim
+    return (coeff @ _group_exp_basis(group, h.dtype, h.device)).unflatten(-1, (r, r))
 
 
 def group_exp_vjp(group: GaugeGroup, h: Tensor, e: Tensor) -> Tensor:
@@ -461,13 +502,9 @@ def group_exp_vjp(group: GaugeGroup, h: Tensor, e: Tensor) -> Tensor:
     n = group.n_colors
     if n > 2:
         raise ValueError(f"group_exp_vjp has a closed form for N_f <= 2, got {n}")
-    k = n * n - 1
-    parts = []
-    if n == 2:
-        parts.append(su2_exp_jacobian_vjp(group.g_s * h[..., :3], e[..., :3]))
-    parts.append(su2_exp_jacobian_vjp(group.g_2 * h[..., k : k + 3], e[..., k : k + 3]))
-    parts.append(e[..., k + 3 :])
-    return torch.cat(parts, dim=-1)
+    k = n * n - 1 + 3  # the SU(2)-type components, then U(1)
+    blocks = su2_exp_jacobian_vjp(_factor_angles(group, h), e[..., :k].unflatten(-1, (-1, 3)))
+    return torch.cat([blocks.flatten(-2), e[..., k:]], dim=-1)
 
 
 def wilson_line_in_group(

@@ -21,6 +21,7 @@ __all__ = [
     "su2_exp_jacobian_vjp",
     "su2_element",
     "adjoint_rotation",
+    "su2_quaternion",
     "chiral_projector",
     "commitment_strength",
 ]
@@ -67,6 +68,14 @@ def su2_exp(theta: Tensor) -> Tensor:
     top = torch.stack([torch.complex(cos, -c), torch.complex(-b, -a)], dim=-1)
     bottom = torch.stack([torch.complex(b, -a), torch.complex(cos, c)], dim=-1)
     return torch.stack([top, bottom], dim=-2)
+
+
+def su2_quaternion(theta: Tensor) -> Tensor:
+    """exp(-i theta . sigma / 2) = q_0 I - i (q_1 sigma_1 + q_2 sigma_2 + q_3 sigma_3) as its unit
+    quaternion q = (cos(|theta|/2), sin(|theta|/2) theta_hat) (su2_exp's matrix, in real
+    arithmetic). theta [..., 3] -> [..., 4]."""
+    norm = theta.norm(dim=-1, keepdim=True)  # [..., 1]
+    return torch.cat([torch.cos(0.5 * norm), 0.5 * torch.sinc(norm / (2 * math.pi)) * theta], -1)
 
 
 def su2_exp_jacobian_vjp(theta: Tensor, e: Tensor) -> Tensor:

@@ -143,6 +143,24 @@ def test_su2_exp_closed_form_matches_matrix_exp():
     assert torch.isfinite(g).all()
 
 
+def test_su2_quaternion_is_the_closed_form_exponential():
+    """q_0 I - i q . sigma rebuilt from su2_quaternion is su2_exp's matrix, a unit quaternion,
+    with finite gradients at theta = 0."""
+    theta = torch.cat(
+        [_random_directions(64, 8, scale=4.0), torch.zeros(1, 3, dtype=torch.float64)]
+    )
+    q = su2.su2_quaternion(theta)  # [65, 4]
+    eye = torch.eye(2, dtype=torch.complex128)
+    rebuilt = q[:, :1, None] * eye - 1j * torch.einsum(
+        "ba,aij->bij", q[:, 1:].cdouble(), su2.pauli()
+    )
+    torch.testing.assert_close(rebuilt, su2.su2_exp(theta))
+    torch.testing.assert_close(q.norm(dim=-1), torch.ones(65, dtype=torch.float64))
+    tz = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(su2.su2_quaternion(tz).sum(), tz)
+    assert torch.isfinite(g).all()
+
+
 def test_su2_exp_jacobian_vjp_is_the_left_trivialised_derivative():
     """U^-1 dU/dtheta_a = sum_b J[b, a] E_b (E_b = -i sigma_b / 2), checked against autograd's
     Jacobian of the closed-form exponential, at ordinary and tiny angles (series branch)."""
