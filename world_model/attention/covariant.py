@@ -136,16 +136,6 @@ def pair_mixture(w: Tensor, bank: Tensor) -> Tensor:
     return w @ bank
 
 
-def _entry_products(a: Tensor, bank: Tensor) -> Tensor:
-    """<a_b, bank_bj> for every entry: a [B, k], bank [Bc, N, k] (Bc = 1: shared) -> [B, N]."""
-    return pair_products(a.unsqueeze(1), bank).squeeze(1)
-
-
-def _entry_mixture(w: Tensor, bank: Tensor) -> Tensor:
-    """sum_j w_bj bank_bj: w [B, N], bank [Bc, N, k] (Bc = 1: shared) -> [B, k]."""
-    return pair_mixture(w.unsqueeze(1), bank).squeeze(1)
-
-
 def masked_softmax(logits: Tensor, mask: Tensor | None) -> Tensor:
     """softmax over the last dim restricted to `mask` (True = allowed, broadcastable); a row with
     no allowed entry gives weights 0, never NaN (world_model/attention/base.py). [..., N]."""
@@ -473,6 +463,10 @@ class PreparedContext:
     charged: bool = True  # any colour-charged (texture) entry: False skips area-law screening
     ridge_inverse: Tensor | None = None  # kernel "krr": (K_kk + lam I)^-1 [Bc, N, N], once
     charged_index: Tensor | None = None  # [C] entries charged in some row (None: not yet read)
+    # (keys, values) of the parts a PreparedContext.cat joined, as prepared ([1 or B, N_i, d_k],
+    # in entry order): the head contracts part by part, so a shared part stays one plain matrix
+    # product instead of a product with its copy expanded over the batch (None: one part)
+    blocks: tuple[tuple[Tensor, Tensor], ...] | None = None
 
     @property
     def batch_size(self) -> int:
@@ -513,6 +507,8 @@ class PreparedContext:
         charged_index = torch.cat(
             [o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)]
         )
+        # contract part by part only where a shared part meets a per-sample one
+        blocks = tuple(blk for p in parts for blk in (p.blocks or ((p.keys, p.values),)))
         return PreparedContext(
             positions=joined("positions"),
             levels=joined("levels"),
@@ -523,7 +519,22 @@ class PreparedContext:
             lines=joined("lines"),
             charged=any(p.charged for p in parts),
             charged_index=charged_index,
+            blocks=blocks if len({p.batch_size for p in parts}) > 1 else None,
         )
+
+    def products(self, q: Tensor, values: bool = False) -> Tensor:
+        """<q_bi, key_bj> (or value_bj) for every entry j: q [B, Q, d_k] -> [B, Q, N]."""
+        if self.blocks is None:
+            return pair_products(q, self.values if values else self.keys)
+        return torch.cat([pair_products(q, blk[int(values)]) for blk in self.blocks], dim=-1)
+
+    def mixture(self, w: Tensor, values: bool = True) -> Tensor:
+        """sum_j w_bij value_bj (or key_bj): w [B, Q, N] -> [B, Q, d_k]."""
+        if self.blocks is None:
+            return pair_mixture(w, self.values if values else self.keys)
+        sizes = [blk[0].shape[1] for blk in self.blocks]
+        parts = zip(w.split(sizes, dim=-1), self.blocks, strict=True)
+        return sum(pair_mixture(wp, blk[int(values)]) for wp, blk in parts)  # type: ignore[return-value]
 
     def charged_columns(self) -> Tensor:
         """[C] indices of the entries that are colour-charged in some batch row: screening
@@ -883,7 +894,7 @@ class CovariantAttention(nn.Module):
             prepared = self.prepare(context, connection, field_map)
         self._check_batch(q, prepared)
         q_t = self._transported_query(q, connection, field_map)
-        return pair_products(q_t, prepared.keys)  # [B, Q, N]
+        return prepared.products(q_t)  # [B, Q, N]
 
     # ------------------------------------------------------------------ forward
 
@@ -911,7 +922,7 @@ class CovariantAttention(nn.Module):
         if query_lines is not None and queries.single:
             query_lines = query_lines.unsqueeze(1)
         q_t = self._transported_query(q, lines=query_lines)  # [B, Q, d_k]
-        scores = pair_products(q_t, prepared.keys)  # [B, Q, N]
+        scores = prepared.products(q_t)  # [B, Q, N]
         mask = None if prepared.mask is None else prepared.mask.unsqueeze(-2)  # [Bc, 1, N]
         tau = None
         if cfg.kernel == "krr":  # weights K_qk (K_kk + lam I)^-1: not a distribution, no screening
@@ -935,7 +946,7 @@ class CovariantAttention(nn.Module):
                 )  # [B, Q, C]
                 screened = logits.index_add(-1, cols, -penalty)
             weights = masked_softmax(screened, mask)  # [B, Q, N]
-        out = pair_mixture(weights, prepared.values)  # [B, Q, d_k], at the origin frame
+        out = prepared.mixture(weights)  # [B, Q, d_k], at the origin frame
 
         projectors = degenerate = None
         chiral = q.projector(self)
@@ -1028,8 +1039,7 @@ class CovariantAttention(nn.Module):
         psi = self.w_q(x) + self.w_qz(z) + c * quad  # [B, k]
         q_t = apply_in_channels(lines, psi)  # [B, k]
 
-        keys, values = prepared.keys, prepared.values  # [Bc, N, k]
-        scores = _entry_products(q_t, keys)  # [B, N]
+        scores = prepared.products(q_t.unsqueeze(1)).squeeze(1)  # [B, N]
         sqrt_dk = math.sqrt(cfg.d_k)
         tau = poincare.metric_temperature(z, cfg.d_k) if cfg.temperature == "metric" else None
         logits = scores / (tau if tau is not None else sqrt_dk)
@@ -1042,7 +1052,7 @@ class CovariantAttention(nn.Module):
             area = screening.pairwise_string_area(z.unsqueeze(1), pos_c).squeeze(1)
             logits = logits.index_add(-1, cols, -(sigma_q * area * charged))
         weights = masked_softmax(logits, prepared.mask)  # [B, N]
-        out = _entry_mixture(weights, values)  # [B, k]
+        out = prepared.mixture(weights.unsqueeze(1)).squeeze(1)  # [B, k]
 
         # a = dPhi/d out: the read-out is linear without a chiral gate
         chiral = queries.projector(self)
@@ -1054,9 +1064,10 @@ class CovariantAttention(nn.Module):
                 out, chiral[0], cfg.n_colors, self.chirality_strength, self.w_o.weight[0]
             )
         # b_j = dPhi/d l_j = alpha_j (<a, V~_j> - <a, out>)
-        b = weights * (_entry_products(a, values) - (out * a).sum(-1, keepdim=True))  # [B, N]
+        a_values = prepared.products(a.unsqueeze(1), values=True).squeeze(1)  # [B, N]
+        b = weights * (a_values - (out * a).sum(-1, keepdim=True))  # [B, N]
 
-        kappa = _entry_mixture(b, keys)  # [B, k]
+        kappa = prepared.mixture(b.unsqueeze(1), values=False).squeeze(1)  # [B, k]
         if tau is not None:  # tau = sqrt(d_k)(1 - |z|^2)/2: grad tau = -sqrt(d_k) z
             kappa = kappa / tau
             grad_z = (b * scores).sum(-1, keepdim=True) * sqrt_dk * z / tau.square()
