@@ -33,12 +33,13 @@ z; mass G(z) = lambda(z)^2 I. One environment step of length h:
   thermostat head adds a residual read from a bank of fresh noise vectors (zero in the mean).
 
 The two kicks use one head and the two drifts another (B1 = B2, A1 = A2), and the closing
-kick's attention force at z_{t+1} is the next step's opening one, so a rollout evaluates it once
-per step (cached on the state object; recomputed whenever the state was copied or the context
-changed). The drift correction is read once per step, at the first half-drift's start, and reused
-by the second (`drift_correction_once`, the default: one drift-head evaluation per step; without
-a correction, or with `drift_correction_once = False`, the splitting is symmetric and its
-deterministic part time-reversible).
+kick's attention force (and control gain M(z)) at z_{t+1} is the next step's opening one, so a
+rollout evaluates them once per step (position_terms, cached on the state object; recomputed
+whenever the state was copied or the context changed). The drift correction is read once per
+step, at the first half-drift's start, and reused by the second (`drift_correction_once`, the
+default: one drift-head evaluation per step; without a correction, or with
+`drift_correction_once = False`, the splitting is symmetric and its deterministic part
+time-reversible).
 
 Context (DESIGN.md, "How data flows", 3): providers build banks once per planning call / training
 batch: the prototype pool (macro, level 0) and, when history is given, the recent trajectory
@@ -101,15 +102,16 @@ class GeodesicState(LatentState):
 
     def expand(self, n: int) -> GeodesicState:
         """A batch of 1 viewed as n, with its first-same-as-last kick cache (the kick force and
-        Wilson lines at z, see GeodesicDynamics.next) viewed as n too: a planner that expands
+        Wilson lines and control gain at z, see GeodesicCrossAttention.position_terms) viewed as
+        n too: a planner that expands
         its root to n samples then pays for the root's kick once, not n times per iteration."""
         out = super().expand(n)
         cached = getattr(self, "_step_cache", None)
         if cached is not None:
-            ctx, (force, lines) = cached
+            ctx, terms = cached
             out._step_cache = (
                 ctx,
-                (force.expand(n, *force.shape[1:]), lines.expand(n, *lines.shape[1:])),
+                tuple(None if t is None else t.expand(n, *t.shape[1:]) for t in terms),
             )
         return out
 
@@ -294,6 +296,7 @@ class GeodesicContext:
     force_bank: ContextBank
     correction_bank: ContextBank
     value_grad: Tensor | None = None
+    ou: tuple[Tensor, Tensor] | None = None  # (c1, c2) of the O step, once per rollout
     _chiral: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False)
 
     def chiral_for(self, head: CovariantAttention) -> tuple[Tensor, Tensor] | None:
@@ -374,7 +377,22 @@ class GeodesicCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ forces
 
-    def kick_force(self, z: Tensor, context: GeodesicContext) -> tuple[Tensor, Tensor]:
+    def position_terms(
+        self, z: Tensor, context: GeodesicContext
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Everything a kick at z needs that does not depend on the action: (F_attn + F_conf,
+        Wilson lines, control gain M(z) or None), z [B, d]. A step's closing kick and the next
+        step's opening kick sit at the same z, so a rollout computes these once per step
+        (GeodesicDynamics.next caches them on the state). The kick head and the control MLP
+        read the same features (z, log_0 z)."""
+        features = torch.cat([z, poincare.logmap0(z)], dim=-1)  # [B, 2d]
+        force, lines = self.kick_force(z, context, features)
+        gain = self.control_mlp(features) if self.control_mlp is not None else None
+        return force, lines, gain
+
+    def kick_force(
+        self, z: Tensor, context: GeodesicContext, features: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """The position-only part of the kick at z, F_attn + F_conf, and the Wilson lines at z
         (both reused by the next step's opening kick and drift). z [B, d] -> ([B, d], [B, r, r]).
 
@@ -383,7 +401,7 @@ class GeodesicCrossAttention(nn.Module):
         through log_0 by geometry.poincare.logmap0_vjp) or by autograd, both with create_graph
         while training, so parameters learn through the gradient (under no_grad, e.g. planning,
         nothing is kept). force = 'field': F_attn = lambda(z) * head output (an orthonormal-
-        frame force vector).
+        frame force vector). `features`: the query features (z, log_0 z) when already computed.
         """
         cfg = self.config
         if cfg.force == "field":
@@ -392,7 +410,7 @@ class GeodesicCrossAttention(nn.Module):
             force = poincare.conformal_factor(z) * out
         elif cfg.potential_gradient == "closed_form" and self.kick_head.has_closed_form_gradient():
             _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(
-                self._kick_queries(z, context), context.force
+                self._kick_queries(z, context, features), context.force
             )
             d = z.shape[-1]  # chain rule through the features (z, log_0 z) of _kick_queries
             force = -(grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:]))
@@ -408,11 +426,15 @@ class GeodesicCrossAttention(nn.Module):
                 force, lines = force.detach(), lines.detach()
         return force + self.confinement * confining_force(z), lines
 
-    def _kick_queries(self, z: Tensor, context: GeodesicContext) -> CovariantQueries:
+    def _kick_queries(
+        self, z: Tensor, context: GeodesicContext, features: Tensor | None = None
+    ) -> CovariantQueries:
         """The kick head's queries at z [B, d]: features (z, log_0 z) [B, 2d]."""
-        return CovariantQueries(
+        if features is None:
+            features = torch.cat([z, poincare.logmap0(z)], dim=-1)
+        return CovariantQueries.unchecked(  # the model's own states: inside the ball
             positions=z,
-            features=torch.cat([z, poincare.logmap0(z)], dim=-1),
+            features=features,
             chiral=context.chiral_for(self.kick_head),
         )
 
@@ -420,12 +442,14 @@ class GeodesicCrossAttention(nn.Module):
         out, _ = self.kick_head(self._kick_queries(z, context), context.force, lines)
         return out
 
-    def control_force(self, z: Tensor, action: Tensor) -> Tensor:
+    def control_force(self, z: Tensor, action: Tensor, gain: Tensor | None = None) -> Tensor:
         """F_ctrl(z, a) = (W + M(z)) a: a covector [B, d], control-affine, so it is exactly zero
-        without action (an action-free rollout feels the learned force field only)."""
+        without action (an action-free rollout feels the learned force field only). `gain`:
+        M(z) [B, d * A] when already computed (position_terms)."""
         force = self.control_linear(action)
         if self.control_mlp is not None:
-            gain = self.control_mlp(torch.cat([z, poincare.logmap0(z)], dim=-1))  # [B, d * A]
+            if gain is None:
+                gain = self.control_mlp(torch.cat([z, poincare.logmap0(z)], dim=-1))
             force = force + (
                 gain.unflatten(-1, (-1, self.action_dim)) @ action.unsqueeze(-1)
             ).squeeze(-1)
@@ -452,7 +476,7 @@ class GeodesicCrossAttention(nn.Module):
         step = v
         if cfg.drift_correction:
             if correction is None:
-                queries = CovariantQueries(
+                queries = CovariantQueries.unchecked(
                     positions=z,
                     features=state_features(z, p),
                     velocity=v,
@@ -472,7 +496,7 @@ class GeodesicCrossAttention(nn.Module):
     ) -> Tensor:
         """O step: exact OU p <- c1 p + c2 lambda(z) xi (its mean c1 p when not stochastic), plus
         the optional learned residual read from a bank of fresh noise vectors (zero mean)."""
-        c1, c2 = self.ou_coefficients()
+        c1, c2 = context.ou if context.ou is not None else self.ou_coefficients()
         xi = torch.randn_like(p) if stochastic else None
         p = langevin.ou_step(z, p, c1, c2, xi)
         if self.thermostat_head is not None and stochastic:
@@ -481,7 +505,7 @@ class GeodesicCrossAttention(nn.Module):
             noise_bank = ContextBank(
                 bank.positions, bank.key_features, noise, bank.levels, bank.mask
             )
-            queries = CovariantQueries(
+            queries = CovariantQueries.unchecked(
                 positions=z,
                 features=torch.cat([z, p / poincare.conformal_factor(z)], dim=-1),
                 chiral=context.chiral_for(self.thermostat_head),
@@ -501,25 +525,26 @@ class GeodesicCrossAttention(nn.Module):
         context: GeodesicContext,
         *,
         stochastic: bool = False,
-        cache: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
-        """One B-A-O-A-B step. z, p [B, d], action [B, A]; `cache` = (position-only kick force,
-        Wilson lines) at z from the previous step (None: computed). Returns (z', p', cache at z').
+        cache: tuple[Tensor, Tensor, Tensor | None] | None = None,
+    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor | None]]:
+        """One B-A-O-A-B step. z, p [B, d], action [B, A]; `cache` = position_terms(z) from the
+        previous step (None: computed). Returns (z', p', position_terms at z').
         Lines are computed at z' (z's come from the cache), and at the half-step too when each
         half-drift reads its own correction (drift_correction_once = False)."""
         h = self.config.dt
         if cache is None:
-            cache = self.kick_force(z, context)
-        force, lines = cache
-        p = p + 0.5 * h * (force + self.control_force(z, action))  # B
+            cache = self.position_terms(z, context)
+        force, lines, gain = cache
+        p = p + 0.5 * h * (force + self.control_force(z, action, gain))  # B
         z, p, correction = self.drift(z, p, 0.5 * h, context, lines)  # A
         p = self.thermostat(z, p, context, stochastic)  # O
         if not self.config.drift_correction_once:
             correction = None  # the second half-drift reads the head at its own start
         z, p, _ = self.drift(z, p, 0.5 * h, context, None, correction)  # A
-        force, lines = self.kick_force(z, context)
-        p = p + 0.5 * h * (force + self.control_force(z, action))  # B
-        return z, p, (force, lines)
+        cache = self.position_terms(z, context)
+        force, _, gain = cache
+        p = p + 0.5 * h * (force + self.control_force(z, action, gain))  # B
+        return z, p, cache
 
 
 @register_dynamics(
@@ -616,9 +641,10 @@ class GeodesicDynamics(Dynamics):
             force_bank=force_bank,
             correction_bank=correction_bank,
             value_grad=value_grad,
+            ou=integ.ou_coefficients(),
         )
         if state.z.shape[0] == 1:  # a planning root: its kick once, shared by every sample
-            state._step_cache = (context, integ.kick_force(state.z, context))
+            state._step_cache = (context, integ.position_terms(state.z, context))
         return context
 
     def _value_gradient(
@@ -646,7 +672,7 @@ class GeodesicDynamics(Dynamics):
             state.z, state.p, action, ctx, stochastic=stochastic, cache=cache
         )
         out = GeodesicState(z, p)
-        out._step_cache = (ctx, new_cache)  # kick force + lines at z', for the next step
+        out._step_cache = (ctx, new_cache)  # position_terms at z', for the next step
         return out
 
     @torch.no_grad()

@@ -184,8 +184,11 @@ def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
 
 
 def test_cached_kick_force_equals_recomputing_it():
-    """The closing kick's force at z' is reused as the next opening kick (same map)."""
+    """The closing kick's force and control gain at z' are reused by the next opening kick
+    (same map as recomputing them; the gain made non-zero so that a stale one would show)."""
     dyn = small()
+    with torch.no_grad():
+        dyn.integrator.control_mlp[-1].weight.normal_(0, 0.5)
     state = dyn.encode(torch.randn(8, 6))
     a = torch.rand(3, 8, 2) * 2 - 1
     ctx = dyn.context(state)
@@ -208,6 +211,7 @@ def test_drift_correction_is_read_once_per_step_or_at_each_half_drift(once):
     integ = dyn.integrator
     with torch.no_grad():
         integ.drift_head.w_o.weight.normal_(0, 0.5)  # a correction that is not zero
+        integ.control_mlp[-1].weight.normal_(0, 0.5)  # and a state-dependent control gain
     state = dyn.encode(torch.randn(8, 6, dtype=F64))
     action = torch.rand(8, 2, dtype=F64) * 2 - 1
     calls = []

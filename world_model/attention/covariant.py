@@ -413,6 +413,18 @@ class CovariantQueries:
                 f"(max |z| = {max_norm:.6g})"
             )
 
+    @classmethod
+    def unchecked(cls, **values: Tensor | tuple[Tensor, Tensor] | None) -> CovariantQueries:
+        """Queries from code that guarantees what __post_init__ checks (shapes, dtypes, points
+        inside the ball: a model's own states), without the checks: their max |z| read costs
+        a few ops and a host sync on every call of a rollout's inner loop."""
+        queries = cls.__new__(cls)
+        for f in fields(cls):
+            setattr(queries, f.name, values.pop(f.name, f.default))
+        if values:
+            raise TypeError(f"unknown CovariantQueries fields {sorted(values)}")
+        return queries
+
     @property
     def single(self) -> bool:
         """True for one query per batch element ([B, d])."""
@@ -431,7 +443,7 @@ class CovariantQueries:
         if self.chiral is not None:  # (Pi [.., 2, 2], degenerate [..]): the query axis before Pi's
             proj, degenerate = self.chiral
             chiral = (proj.unsqueeze(-3), degenerate.unsqueeze(-1))
-        return CovariantQueries(**tensors, chiral=chiral)
+        return CovariantQueries.unchecked(**tensors, chiral=chiral)  # checked when built
 
     def projector(self, head: CovariantAttention) -> tuple[Tensor, Tensor] | None:
         """(Pi, degenerate) for `head`: the precomputed pair, else from value_grad, else None."""
