@@ -472,24 +472,23 @@ class GeodesicCrossAttention(nn.Module):
         at z; a given `correction` is used as `out` instead of reading the head.
         Returns (z', p', out) (out None without drift correction)."""
         cfg = self.config
-        v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
-        step = v
-        if cfg.drift_correction:
-            if correction is None:
-                queries = CovariantQueries.unchecked(
-                    positions=z,
-                    features=state_features(z, p),
-                    velocity=v,
-                    chiral=context.chiral_for(self.drift_head),
-                )
-                lines = self.lines(z) if lines is None else lines
-                correction, _ = self.drift_head(queries, context.correction, lines)  # [B, d]
-            step = v + correction / poincare.conformal_factor(z)
+        if cfg.drift_correction and correction is None:
+            v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
+            queries = CovariantQueries.unchecked(
+                positions=z,
+                features=state_features(z, p),
+                velocity=v,
+                chiral=context.chiral_for(self.drift_head),
+            )
+            lines = self.lines(z) if lines is None else lines
+            correction, _ = self.drift_head(queries, context.correction, lines)  # [B, d]
         if cfg.drift == "euclidean":  # the seed listing's step: no geodesic term (ablation)
+            step = p * poincare.inverse_metric_factor(z)
+            if correction is not None:
+                step = step + correction / poincare.conformal_factor(z)
             return poincare.project(z + t * step, cfg.max_norm), p, correction
-        z_new = poincare.project(poincare.expmap(z, t * step), cfg.max_norm)
-        v_new = poincare.parallel_transport(z, z_new, v)
-        return z_new, v_new * poincare.metric_factor(z_new), correction
+        z_new, p_new = poincare.geodesic_drift(z, p, t, correction, cfg.max_norm)
+        return z_new, p_new, correction
 
     def thermostat(
         self, z: Tensor, p: Tensor, context: GeodesicContext, stochastic: bool

@@ -189,6 +189,8 @@ def test_float32_values_and_gradients_finite_near_boundary(r1, d1, r2, d2, t):
         "project": P.project(P.expmap(x, v), 1 - 1e-5),
         "flow_z": P.geodesic_flow(x, v, 0.05)[0],
         "flow_p": P.geodesic_flow(x, v, 0.05)[1],
+        "drift_z": P.geodesic_drift(x, v, 0.05, y, 1 - 1e-5)[0],
+        "drift_p": P.geodesic_drift(x, v, 0.05, y, 1 - 1e-5)[1],
     }
     for name, out in outs.items():
         assert torch.isfinite(out).all(), name
@@ -323,6 +325,28 @@ def test_geodesic_flow_is_the_hamiltonian_flow_of_the_kinetic_energy():
     torch.testing.assert_close(-p_back, p0, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("radius", [0.5, 0.99, 1 - 1e-5])
+def test_geodesic_drift_is_the_composed_exp_map_transport_and_metric(radius):
+    """The one-pass drift equals expmap, project, parallel_transport and metric_factor composed
+    (each checked against geoopt / high precision above), with and without a correction and
+    with the projection active (steps long enough to leave |z| <= 0.97)."""
+    g = torch.Generator().manual_seed(31)
+    z = ball_points(32, D, radius, seed=32)
+    p = 3.0 * torch.randn(32, D, dtype=torch.float64, generator=g)
+    delta = torch.randn(32, D, dtype=torch.float64, generator=g)
+    for correction in (None, delta):
+        for max_norm in (None, 0.97):
+            v = p * P.inverse_metric_factor(z)
+            step = v if correction is None else v + correction / P.conformal_factor(z)
+            z_ref = P.expmap(z, 0.5 * step)
+            if max_norm is not None:
+                z_ref = P.project(z_ref, max_norm)
+            p_ref = P.parallel_transport(z, z_ref, v) * P.metric_factor(z_ref)
+            z_new, p_new = P.geodesic_drift(z, p, 0.5, correction, max_norm)
+            torch.testing.assert_close(z_new, z_ref, rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(p_new, p_ref, rtol=1e-8, atol=1e-10)
+
+
 # --------------------------------------------------------------------------- gradcheck
 
 
@@ -349,6 +373,7 @@ def test_gradcheck_every_formula():
         "kinetic_energy": (P.kinetic_energy, (x, v)),
         "kinetic_energy_grad": (P.kinetic_energy_grad, (x, v)),
         "geodesic_flow": (lambda a, b: P.geodesic_flow(a, b, 0.3), (x, v)),
+        "geodesic_drift": (lambda a, b, c: P.geodesic_drift(a, b, 0.3, c, 0.95), (x, v, y)),
     }
     for name, (fn, args) in checks.items():
         assert torch.autograd.gradcheck(fn, args), name
