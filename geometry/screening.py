@@ -52,12 +52,21 @@ def pairwise_string_area(z: Tensor, z_prime: Tensor) -> Tensor:
     return string_area(z.unsqueeze(-2), z_prime.unsqueeze(-3))
 
 
-def weighted_string_area_grad(z: Tensor, z_prime: Tensor, b: Tensor) -> Tensor:
+def weighted_string_area_grad(
+    z: Tensor,
+    z_prime: Tensor,
+    b: Tensor,
+    lam: Tensor | None = None,
+    delta2: Tensor | None = None,
+) -> Tensor:
     """sum_j b_j grad_z A(z, z'_j) for the proxy A = lambda(z)^2 |z - z'_j|^2 / 2 (Def 286), in
     closed form: grad_z A = lambda^2 (z - z') + |z - z'|^2 lambda^3 z (d lambda/dz = lambda^2 z).
-    z [B, d], z' [Bc, N, d] (Bc = 1 or B), b [B, N] -> [B, d]."""
-    lam = conformal_factor(z)  # [B, 1]
-    delta2 = sqnorm(z.unsqueeze(-2) - z_prime, keepdim=False)  # [B, N]
+    z [B, d], z' [Bc, N, d] (Bc = 1 or B), b [B, N] -> [B, d]; `lam` = lambda(z) [B, 1] and
+    `delta2` = |z - z'_j|^2 [B, N] when the caller already has them (the area itself needs both)."""
+    if lam is None:
+        lam = conformal_factor(z)  # [B, 1]
+    if delta2 is None:
+        delta2 = sqnorm(z.unsqueeze(-2) - z_prime, keepdim=False)  # [B, N]
     b_sum = b.sum(-1, keepdim=True)  # [B, 1]
     if z_prime.shape[0] == 1:  # shared entries: one matrix product
         b_zp = b @ z_prime[0]  # [B, d]

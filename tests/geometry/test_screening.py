@@ -238,3 +238,6 @@ def test_weighted_string_area_gradient_matches_autograd():
         area = S.pairwise_string_area(zr.unsqueeze(1), zp).squeeze(1)  # [5, 7]
         (ref,) = torch.autograd.grad((b * area).sum(), zr)
         torch.testing.assert_close(S.weighted_string_area_grad(z, zp, b), ref)
+        lam = 2.0 / (1.0 - z.square().sum(-1, keepdim=True))  # given by a caller that has them
+        delta2 = (z.unsqueeze(1) - zp).square().sum(-1)
+        torch.testing.assert_close(S.weighted_string_area_grad(z, zp, b, lam, delta2), ref)

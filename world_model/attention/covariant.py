@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import torch
@@ -479,6 +479,7 @@ class PreparedContext:
     # in entry order): the head contracts part by part, so a shared part stays one plain matrix
     # product instead of a product with its copy expanded over the batch (None: one part)
     blocks: tuple[tuple[Tensor, Tensor], ...] | None = None
+    _charged_entries: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
 
     @property
     def batch_size(self) -> int:
@@ -547,6 +548,15 @@ class PreparedContext:
         sizes = [blk[0].shape[1] for blk in self.blocks]
         parts = zip(w.split(sizes, dim=-1), self.blocks, strict=True)
         return sum(pair_mixture(wp, blk[int(values)]) for wp, blk in parts)  # type: ignore[return-value]
+
+    def charged_entries(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(columns [C], their positions [Bc, C, d], their levels [Bc, C]) of the entries that are
+        colour-charged in some batch row, read once per prepared bank (every query of a
+        rollout screens the same entries)."""
+        if self._charged_entries is None:
+            cols = self.charged_columns()
+            self._charged_entries = (cols, self.positions[:, cols], self.levels[:, cols])
+        return self._charged_entries
 
     def charged_columns(self) -> Tensor:
         """[C] indices of the entries that are colour-charged in some batch row: screening
@@ -952,10 +962,8 @@ class CovariantAttention(nn.Module):
                 logits = -torch.log(sqdist + cfg.ida_eps)  # [B, Q, N]
             screened = logits  # macro entries only: exempt from screening (Def 286)
             if prepared.charged:
-                cols = prepared.charged_columns()  # screen the charged entries only
-                penalty = self.screening_penalty(
-                    z, prepared.positions[:, cols], levels, prepared.levels[:, cols]
-                )  # [B, Q, C]
+                cols, pos_c, levels_c = prepared.charged_entries()  # screen only these
+                penalty = self.screening_penalty(z, pos_c, levels, levels_c)  # [B, Q, C]
                 screened = logits.index_add(-1, cols, -penalty)
             weights = masked_softmax(screened, mask)  # [B, Q, N]
         out = prepared.mixture(weights)  # [B, Q, d_k], at the origin frame
@@ -1046,22 +1054,24 @@ class CovariantAttention(nn.Module):
         uz = (z @ u_mat.T).reshape(n_batch, rank, k)  # [B, R, k]
         vz = (z @ v_mat.T).reshape(n_batch, rank, k)
         quad = (uz * vz).sum(1)  # [B, k]
-        lam = poincare.conformal_factor(z)  # [B, 1]
+        one_minus = poincare.one_minus_sqnorm(z)  # [B, 1]
+        lam = 2.0 / one_minus  # conformal_factor(z)
         c = lam if cfg.christoffel == "poincare" else 1.0
         psi = self.w_q(x) + self.w_qz(z) + c * quad  # [B, k]
         q_t = apply_in_channels(lines, psi)  # [B, k]
 
         scores = prepared.products(q_t.unsqueeze(1)).squeeze(1)  # [B, N]
         sqrt_dk = math.sqrt(cfg.d_k)
-        tau = poincare.metric_temperature(z, cfg.d_k) if cfg.temperature == "metric" else None
+        # tau = metric_temperature(z, d_k) = sqrt(d_k) (1 - |z|^2) / 2 (Thm 99)
+        tau = (0.5 * sqrt_dk) * one_minus if cfg.temperature == "metric" else None
         logits = scores / (tau if tau is not None else sqrt_dk)
         sigma_q = charged = cols = None
         if prepared.charged:  # on the charged entries only ([B, C])
             sigma_q = self.string_tension()[cfg.query_level]
-            cols = prepared.charged_columns()
-            charged = (prepared.levels[:, cols] != MACRO_LEVEL).to(z.dtype)  # [Bc, C]
-            pos_c = prepared.positions[:, cols]  # [Bc, C, d]
-            area = screening.pairwise_string_area(z.unsqueeze(1), pos_c).squeeze(1)
+            cols, pos_c, levels_c = prepared.charged_entries()  # [C], [Bc, C, d], [Bc, C]
+            charged = (levels_c != MACRO_LEVEL).to(z.dtype)  # [Bc, C]
+            delta2 = poincare.sqnorm(z.unsqueeze(1) - pos_c, keepdim=False)  # [B, C]
+            area = 0.5 * lam.square() * delta2  # screening.string_area (Def 286)
             logits = logits.index_add(-1, cols, -(sigma_q * area * charged))
         weights = masked_softmax(logits, prepared.mask)  # [B, N]
         out = prepared.mixture(weights.unsqueeze(1)).squeeze(1)  # [B, k]
@@ -1088,7 +1098,7 @@ class CovariantAttention(nn.Module):
             grad_z = torch.zeros_like(z)
         if charged is not None:
             grad_z = grad_z - sigma_q * screening.weighted_string_area_grad(
-                z, pos_c, b[:, cols] * charged
+                z, pos_c, b[:, cols] * charged, lam, delta2
             )
         # through Q~ = U psi: the transported covector y = U^T kappa
         y = apply_in_channels(lines.transpose(-1, -2), kappa)  # [B, k]
