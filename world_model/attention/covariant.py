@@ -33,6 +33,7 @@ kappa = 0) is standard attention W_O softmax(QK^T / sqrt(d_k)) V through this sa
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -165,21 +166,26 @@ def _doublet_layout(
 ) -> tuple[Tensor, Tensor]:
     """Where the real doublets sit in the flat layout x [..., k] = (Re psi, Im psi), psi in
     C^{N_f} (x) C^2 (x) C^m: per (colour c, channel j) the 4-vector v = (Re u1, Re u2, Im u1,
-    Im u2) of its doublet u. Returns (basis [16, k * k], groups [k, N_f m]): a 4 x 4 matrix P
-    acting on every v is the flat k x k operator P.flatten() @ basis, and x^2 @ groups sums
-    each doublet's |v|^2. Built once per (N_f, k, dtype, device); read only."""
+    Im u2) of its doublet u. Returns (basis [8, k * k], groups [k, N_f m]): a 2 x 2 complex Pi
+    acting on every doublet is the flat real k x k operator view_as_real(Pi).flatten() @ basis
+    (its realification [[Re Pi, -Im Pi], [Im Pi, Re Pi]] placed on each doublet is linear in
+    (Re Pi, Im Pi)), and x^2 @ groups sums each doublet's |v|^2. Built once per (N_f, k,
+    dtype, device); read only."""
     m = k // (4 * n_colors)
     c, a, j = torch.meshgrid(
         torch.arange(n_colors), torch.arange(4), torch.arange(m), indexing="ij"
     )  # [N_f, 4, m] each
     flat = (a >= 2) * (k // 2) + c * 2 * m + (a % 2) * m + j  # index of v_a of (c, j) in x
-    basis = torch.zeros(4, 4, k, k, dtype=torch.float64)
-    for row in range(4):
-        for col in range(4):
-            basis[row, col, flat[:, row], flat[:, col]] = 1.0
+    basis = torch.zeros(2, 2, 2, k, k, dtype=torch.float64)  # (row, column, re / im) of Pi
+    for row, col, part in itertools.product(range(2), range(2), range(2)):
+        unit = torch.zeros(2, 2, dtype=torch.complex128)
+        unit[row, col] = 1j if part else 1.0
+        real4 = gauge.realify(unit)  # [4, 4] on (Re u1, Re u2, Im u1, Im u2)
+        for r4, c4 in itertools.product(range(4), range(4)):
+            basis[row, col, part, flat[:, r4], flat[:, c4]] = real4[r4, c4]
     groups = torch.zeros(k, n_colors * m, dtype=torch.float64)
     groups[flat.permute(1, 0, 2).reshape(4, -1), torch.arange(n_colors * m)] = 1.0
-    return basis.reshape(16, k * k).to(device, dtype), groups.to(device, dtype)
+    return basis.reshape(8, k * k).to(device, dtype), groups.to(device, dtype)
 
 
 def chiral_operator(proj: Tensor, n_colors: int, k: int, dtype: torch.dtype) -> Tensor:
@@ -187,8 +193,8 @@ def chiral_operator(proj: Tensor, n_colors: int, k: int, dtype: torch.dtype) -> 
     complex -> [..., k, k] (the realification [[Re Pi, -Im Pi], [Im Pi, Re Pi]] placed on each
     (colour, channel) doublet; symmetric, idempotent; 0 for a degenerate Pi)."""
     basis, _ = _doublet_layout(n_colors, k, dtype, proj.device)
-    p = gauge.realify(proj).to(dtype)  # [..., 4, 4]
-    return (p.flatten(-2) @ basis).unflatten(-1, (k, k))
+    parts = torch.view_as_real(proj).flatten(-3).to(dtype)  # [..., 8]
+    return (parts @ basis).unflatten(-1, (k, k))
 
 
 def _apply_operator(op: Tensor, x: Tensor) -> Tensor:
