@@ -48,6 +48,7 @@ window (texture, level 1). Kick heads query at macro level, drift heads at textu
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -289,12 +290,14 @@ class GeodesicContext:
     """Banks prepared once (Wilson lines of every entry computed once) and reused by every step
     of a rollout: the force bank for the kick head, the correction bank for the drift head, and
     the noise-bank keys of the optional thermostat head. `value_grad` [B, d] drives the chiral
-    projector (None: no gate)."""
+    projector (None: no gate). The banks themselves (`force_bank`, `correction_bank`: the
+    prototypes joined with the window) are read only by the learned thermostat and the
+    diagnostics, so they are joined from their parts on first read."""
 
     force: PreparedContext
     correction: PreparedContext | None  # None when the drift has no correction head
-    force_bank: ContextBank
-    correction_bank: ContextBank
+    force_parts: tuple[ContextBank, ...]
+    correction_parts: tuple[ContextBank, ...]
     value_grad: Tensor | None = None
     ou: tuple[Tensor, Tensor] | None = None  # (c1, c2) of the O step, once per rollout
     _chiral: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False)
@@ -309,6 +312,20 @@ class GeodesicContext:
         if key not in self._chiral:
             self._chiral[key] = head.chiral_projector(self.value_grad)
         return self._chiral[key]
+
+    @functools.cached_property
+    def force_bank(self) -> ContextBank:
+        """The kick head's bank: prototypes, then the window's entries when there is one."""
+        return _joined(self.force_parts)
+
+    @functools.cached_property
+    def correction_bank(self) -> ContextBank:
+        """The drift head's bank, in the same entry order as force_bank."""
+        return _joined(self.correction_parts)
+
+
+def _joined(parts: tuple[ContextBank, ...]) -> ContextBank:
+    return parts[0] if len(parts) == 1 else ContextBank.cat(list(parts))
 
 
 class GeodesicCrossAttention(nn.Module):
@@ -632,13 +649,13 @@ class GeodesicDynamics(Dynamics):
                 correction = PreparedContext.cat(
                     [correction, integ.drift_head.prepare(window[1], lines=w_lines)]
                 )
-            force_bank = ContextBank.cat([force_bank, window[0]])
-            correction_bank = ContextBank.cat([correction_bank, window[1]])
+        force_parts = (force_bank,) if window is None else (force_bank, window[0])
+        correction_parts = (correction_bank,) if window is None else (correction_bank, window[1])
         context = GeodesicContext(
             force=force,
             correction=correction,
-            force_bank=force_bank,
-            correction_bank=correction_bank,
+            force_parts=force_parts,
+            correction_parts=correction_parts,
             value_grad=value_grad,
             ou=integ.ou_coefficients(),
         )

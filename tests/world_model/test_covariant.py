@@ -24,6 +24,7 @@ from world_model.attention.covariant import (
     CovariantAttention,
     CovariantAttentionConfig,
     CovariantQueries,
+    PreparedContext,
     apply_in_channels,
     chiral_gate,
     chiral_gate_vjp,
@@ -803,3 +804,33 @@ def test_chiral_gate_vjp_equals_autograd_through_the_complex_gate():
             value, grad = chiral_gate_vjp(out, proj, 2, kappa, a)
             torch.testing.assert_close(value, ref.detach(), rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_a_shared_and_a_per_sample_bank_joined_after_preparing_equal_the_joined_bank():
+    """PreparedContext.cat of a shared (B = 1) bank and a per-sample one: the head contracts
+    part by part (blocks), and its output, the closed-form potential gradient, and the fields
+    joined on first read equal those of preparing the joined ContextBank, with grad enabled
+    (the broadcast contractions) and without (batched products)."""
+    head = _potential_head(wilson="exp", christoffel="poincare", temperature="metric")
+    shared = ContextBank.at_level(*(t[:1, :5] for t in _bank_tensors(make_bank(b=1))), level=0)
+    window = make_bank(b=4, n=3, seed=6)
+    joined_bank = ContextBank.cat([shared, window])
+    q = make_queries(b=4, q=1, velocity=False, levels=False)
+    z, x, vg = q.positions[:, 0], q.features[:, 0], q.value_grad[:, 0]
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            parts = PreparedContext.cat([head.prepare(shared), head.prepare(window)])
+            whole = head.prepare(joined_bank)
+            assert parts.blocks is not None and parts._keys is None  # not joined yet
+            queries = CovariantQueries(z.clone().requires_grad_(grad), x, value_grad=vg)
+            out_parts, _ = head(queries, parts)
+            out_whole, _ = head(queries, whole)
+            torch.testing.assert_close(out_parts, out_whole, rtol=1e-12, atol=1e-14)
+            for a, b in zip(
+                head.scalar_output_gradient(queries, parts),
+                head.scalar_output_gradient(queries, whole),
+                strict=True,
+            ):
+                torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13)
+            for name in ("key_fields", "keys", "values", "lines", "positions", "levels", "mask"):
+                torch.testing.assert_close(getattr(parts, name), getattr(whole, name))

@@ -469,15 +469,17 @@ class PreparedContext:
     frame, for re-scoring under another connection); keys, values [Bc, N, d_k] at the origin;
     lines [Bc, N, r, r] = U_{z'->0} in the minimal representation (r = 4 n_colors; it acts on
     the d_k-dim fields as U (x) I_m). Bc = 1: shared by every query of the batch.
+    A bank joined by :meth:`cat` joins key_fields, keys, values and lines from its parts on
+    first read (a rollout that contracts part by part never reads them joined).
     """
 
     positions: Tensor
     levels: Tensor
     mask: Tensor | None
-    key_fields: Tensor
-    keys: Tensor
-    values: Tensor
-    lines: Tensor
+    _key_fields: Tensor | None
+    _keys: Tensor | None
+    _values: Tensor | None
+    _lines: Tensor | None
     charged: bool = True  # any colour-charged (texture) entry: False skips area-law screening
     ridge_inverse: Tensor | None = None  # kernel "krr": (K_kk + lam I)^-1 [Bc, N, N], once
     charged_index: Tensor | None = None  # [C] entries charged in some row (None: not yet read)
@@ -486,10 +488,35 @@ class PreparedContext:
     # product instead of a product with its copy expanded over the batch (None: one part)
     blocks: tuple[tuple[Tensor, Tensor], ...] | None = None
     _charged_entries: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
+    _parts: tuple[PreparedContext, ...] = field(default=(), repr=False)  # set by cat
 
     @property
     def batch_size(self) -> int:
         return self.positions.shape[0]
+
+    def _field(self, name: str) -> Tensor:
+        value = getattr(self, "_" + name)
+        if value is None:  # a joined bank: join the parts' fields now, once
+            parts = [getattr(p, name) for p in self._parts]  # [1 or B, N_i, ...]
+            value = torch.cat([t.expand(self.batch_size, *t.shape[1:]) for t in parts], dim=1)
+            setattr(self, "_" + name, value)
+        return value
+
+    @property
+    def key_fields(self) -> Tensor:
+        return self._field("key_fields")
+
+    @property
+    def keys(self) -> Tensor:
+        return self._field("keys")
+
+    @property
+    def values(self) -> Tensor:
+        return self._field("values")
+
+    @property
+    def lines(self) -> Tensor:
+        return self._field("lines")
 
     @staticmethod
     def cat(parts: Sequence[PreparedContext]) -> PreparedContext:
@@ -532,13 +559,14 @@ class PreparedContext:
             positions=joined("positions"),
             levels=joined("levels"),
             mask=masks,
-            key_fields=joined("key_fields"),
-            keys=joined("keys"),
-            values=joined("values"),
-            lines=joined("lines"),
+            _key_fields=None,
+            _keys=None,
+            _values=None,
+            _lines=None,
             charged=any(p.charged for p in parts),
             charged_index=charged_index,
             blocks=blocks if len({p.batch_size for p in parts}) > 1 else None,
+            _parts=tuple(parts),
         )
 
     def products(self, q: Tensor, values: bool = False) -> Tensor:
@@ -842,10 +870,10 @@ class CovariantAttention(nn.Module):
             positions=context.positions,
             levels=context.levels,
             mask=context.mask,
-            key_fields=psi_k,
-            keys=keys,
-            values=values,
-            lines=lines,
+            _key_fields=psi_k,
+            _keys=keys,
+            _values=values,
+            _lines=lines,
             charged=bool(charged_index.numel()),
             charged_index=charged_index,
             ridge_inverse=self._ridge_inverse(keys, context.mask) if cfg.kernel == "krr" else None,
