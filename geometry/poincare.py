@@ -33,6 +33,7 @@ __all__ = [
     "pairwise_dist",
     "expmap0",
     "logmap0",
+    "logmap0_jacobian",
     "logmap0_vjp",
     "expmap",
     "logmap",
@@ -163,11 +164,11 @@ def logmap0(y: Tensor) -> Tensor:
     return torch.atanh(n_c) * y / n
 
 
-def logmap0_vjp(y: Tensor, w: Tensor) -> Tensor:
-    """w^T d log_0(y) / dy in closed form (the Jacobian is symmetric): with r = |y|,
-    f = artanh(r) / r and g = f'(r) / r = (1 / (1 - r^2) - f) / r^2,
-    d log_0(y) / dy = f I + g y y^T. g is read from its series 2/3 + 4r^2/5 + 6r^4/7 + 8r^6/9
-    below r = 0.05 (the difference cancels there). y, w [..., d] -> [..., d]."""
+def logmap0_jacobian(y: Tensor) -> tuple[Tensor, Tensor]:
+    """log_0 and its Jacobian through two scalars: with r = |y|, f = artanh(r) / r and
+    g = f'(r) / r = (1 / (1 - r^2) - f) / r^2, log_0(y) = f y and d log_0(y) / dy = f I + g y y^T
+    (symmetric). g is read from its series 2/3 + 4r^2/5 + 6r^4/7 + 8r^6/9 below r = 0.05 (the
+    difference cancels there). y [..., d] -> (f, g) [..., 1] each."""
     r2 = sqnorm(y)  # [..., 1]
     n = r2.sqrt().clamp_min(MIN_NORM)
     n_c = n.clamp_max(1 - torch.finfo(y.dtype).eps)
@@ -176,7 +177,13 @@ def logmap0_vjp(y: Tensor, w: Tensor) -> Tensor:
     r2_safe = torch.where(small, torch.ones_like(r2), r2)
     g_exact = (1.0 / (1.0 - n_c.square()) - f) / r2_safe
     g_series = 2 / 3 + r2 * (4 / 5 + r2 * (6 / 7 + r2 * 8 / 9))
-    g = torch.where(small, g_series, g_exact)
+    return f, torch.where(small, g_series, g_exact)
+
+
+def logmap0_vjp(y: Tensor, w: Tensor, jacobian: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """w^T d log_0(y) / dy = f w + g (y . w) y in closed form (logmap0_jacobian, which a caller
+    that also needs log_0(y) = f y passes as `jacobian`). y, w [..., d] -> [..., d]."""
+    f, g = logmap0_jacobian(y) if jacobian is None else jacobian
     return f * w + g * (y * w).sum(-1, keepdim=True) * y
 
 

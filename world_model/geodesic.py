@@ -52,7 +52,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -72,6 +72,7 @@ from world_model.registry import register_dynamics
 
 __all__ = [
     "GeodesicState",
+    "PositionTerms",
     "GeodesicConfig",
     "GeodesicContext",
     "GeodesicCrossAttention",
@@ -96,6 +97,17 @@ def confining_force(z: Tensor) -> Tensor:
     return -radius * poincare.conformal_factor(z) * z / n
 
 
+class PositionTerms(NamedTuple):
+    """What a kick at z computes that does not depend on the action, shared by a step's closing
+    kick and the next step's opening kick and first drift (GeodesicCrossAttention.
+    position_terms)."""
+
+    force: Tensor  # [B, d] F_attn + F_conf
+    lines: Tensor  # [B, r, r] Wilson lines U_{z->0}
+    gain: Tensor | None  # [B, d * A] control gain M(z) (None: linear control)
+    features: Tensor  # [B, 2d] (z, log_0 z)
+
+
 @dataclass
 class GeodesicState(LatentState):
     z: Tensor  # [B, d] position in the Poincare ball
@@ -112,7 +124,7 @@ class GeodesicState(LatentState):
             ctx, terms = cached
             out._step_cache = (
                 ctx,
-                tuple(None if t is None else t.expand(n, *t.shape[1:]) for t in terms),
+                PositionTerms(*(None if t is None else t.expand(n, *t.shape[1:]) for t in terms)),
             )
         return out
 
@@ -394,21 +406,24 @@ class GeodesicCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ forces
 
-    def position_terms(
-        self, z: Tensor, context: GeodesicContext
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Everything a kick at z needs that does not depend on the action: (F_attn + F_conf,
-        Wilson lines, control gain M(z) or None), z [B, d]. A step's closing kick and the next
-        step's opening kick sit at the same z, so a rollout computes these once per step
-        (GeodesicDynamics.next caches them on the state). The kick head and the control MLP
-        read the same features (z, log_0 z)."""
-        features = torch.cat([z, poincare.logmap0(z)], dim=-1)  # [B, 2d]
-        force, lines = self.kick_force(z, context, features)
+    def position_terms(self, z: Tensor, context: GeodesicContext) -> PositionTerms:
+        """Everything a kick at z [B, d] needs that does not depend on the action (PositionTerms).
+        A step's closing kick and the next step's opening kick (and first drift) sit at the
+        same z, so a rollout computes these once per step (GeodesicDynamics.next caches them on
+        the state). The kick head, the control MLP and the drift head's queries read the same
+        features (z, log_0 z), and the kick's gradient through log_0 reuses its Jacobian."""
+        jacobian = poincare.logmap0_jacobian(z)  # log_0 z = f z
+        features = torch.cat([z, jacobian[0] * z], dim=-1)  # [B, 2d]
+        force, lines = self.kick_force(z, context, features, jacobian)
         gain = self.control_mlp(features) if self.control_mlp is not None else None
-        return force, lines, gain
+        return PositionTerms(force, lines, gain, features)
 
     def kick_force(
-        self, z: Tensor, context: GeodesicContext, features: Tensor | None = None
+        self,
+        z: Tensor,
+        context: GeodesicContext,
+        features: Tensor | None = None,
+        jacobian: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
         """The position-only part of the kick at z, F_attn + F_conf, and the Wilson lines at z
         (both reused by the next step's opening kick and drift). z [B, d] -> ([B, d], [B, r, r]).
@@ -418,7 +433,8 @@ class GeodesicCrossAttention(nn.Module):
         through log_0 by geometry.poincare.logmap0_vjp) or by autograd, both with create_graph
         while training, so parameters learn through the gradient (under no_grad, e.g. planning,
         nothing is kept). force = 'field': F_attn = lambda(z) * head output (an orthonormal-
-        frame force vector). `features`: the query features (z, log_0 z) when already computed.
+        frame force vector). `features`: the query features (z, log_0 z) when already computed,
+        `jacobian`: poincare.logmap0_jacobian(z) when already computed.
         """
         cfg = self.config
         if cfg.force == "field":
@@ -430,7 +446,7 @@ class GeodesicCrossAttention(nn.Module):
                 self._kick_queries(z, context, features), context.force
             )
             d = z.shape[-1]  # chain rule through the features (z, log_0 z) of _kick_queries
-            force = -(grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:]))
+            force = -(grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:], jacobian))
         else:
             training = torch.is_grad_enabled()
             with torch.enable_grad():
@@ -482,18 +498,24 @@ class GeodesicCrossAttention(nn.Module):
         context: GeodesicContext,
         lines: Tensor | None = None,
         correction: Tensor | None = None,
+        point_features: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """A step for time t: z' = exp_z(t (v + delta)), v' = P_{z->z'} v, p' = G(z') v'.
         delta = 0 (no correction) is the exact geodesic flow of K = 1/2 p^T G^-1 p.
         delta = out / lambda(z), `out` [B, d] the drift head's output in the orthonormal frame
         at z; a given `correction` is used as `out` instead of reading the head.
+        `point_features`: (z, log_0 z) [B, 2d] when already computed (PositionTerms).
         Returns (z', p', out) (out None without drift correction)."""
         cfg = self.config
         if cfg.drift_correction and correction is None:
             v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
+            if point_features is None:
+                features = state_features(z, p)
+            else:  # state_features from the kick's (z, log_0 z)
+                features = torch.cat([point_features, p / poincare.conformal_factor(z)], dim=-1)
             queries = CovariantQueries.unchecked(
                 positions=z,
-                features=state_features(z, p),
+                features=features,
                 velocity=v,
                 chiral=context.chiral_for(self.drift_head),
             )
@@ -541,8 +563,8 @@ class GeodesicCrossAttention(nn.Module):
         context: GeodesicContext,
         *,
         stochastic: bool = False,
-        cache: tuple[Tensor, Tensor, Tensor | None] | None = None,
-    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor | None]]:
+        cache: PositionTerms | None = None,
+    ) -> tuple[Tensor, Tensor, PositionTerms]:
         """One B-A-O-A-B step. z, p [B, d], action [B, A]; `cache` = position_terms(z) from the
         previous step (None: computed). Returns (z', p', position_terms at z').
         Lines are computed at z' (z's come from the cache), and at the half-step too when each
@@ -550,16 +572,16 @@ class GeodesicCrossAttention(nn.Module):
         h = self.config.dt
         if cache is None:
             cache = self.position_terms(z, context)
-        force, lines, gain = cache
-        p = p + 0.5 * h * (force + self.control_force(z, action, gain))  # B
-        z, p, correction = self.drift(z, p, 0.5 * h, context, lines)  # A
+        p = p + 0.5 * h * (cache.force + self.control_force(z, action, cache.gain))  # B
+        z, p, correction = self.drift(
+            z, p, 0.5 * h, context, cache.lines, point_features=cache.features
+        )  # A
         p = self.thermostat(z, p, context, stochastic)  # O
         if not self.config.drift_correction_once:
             correction = None  # the second half-drift reads the head at its own start
         z, p, _ = self.drift(z, p, 0.5 * h, context, None, correction)  # A
         cache = self.position_terms(z, context)
-        force, _, gain = cache
-        p = p + 0.5 * h * (force + self.control_force(z, action, gain))  # B
+        p = p + 0.5 * h * (cache.force + self.control_force(z, action, cache.gain))  # B
         return z, p, cache
 
 
