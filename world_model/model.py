@@ -179,6 +179,8 @@ class Dynamics(nn.Module):
         raise NotImplementedError
 
     def features(self, state: LatentState) -> Tensor:  # -> [B, F]
+        """Flat features of the state for the heads: a function of the state's tensors alone,
+        without parameters (WorldModel.features computes them once per state object)."""
         raise NotImplementedError
 
     def consistency_loss(self, predicted: LatentState, target: LatentState) -> Tensor:
@@ -424,7 +426,17 @@ class WorldModel(nn.Module):
         return self.Q(state, action, return_type="avg")
 
     def features(self, state: LatentState) -> Tensor:
-        return self.dynamics.features(state)  # [B, F]
+        """The dynamics' features of `state` [B, F], computed once per state object and grad
+        mode: the heads read a state's features several times (reward and Q in the loss, pi
+        and Q in the value and the policy loss, reward and pi per planning step), and a
+        dynamics' features are a function of the state alone (no parameters)."""
+        grad = torch.is_grad_enabled()
+        cached = state.__dict__.get("_features")
+        if cached is not None and cached[0] == grad:
+            return cached[1]
+        features = self.dynamics.features(state)
+        state._features = (grad, features)
+        return features
 
     def consistency_loss(self, predicted: LatentState, target: LatentState) -> Tensor:
         return self.dynamics.consistency_loss(predicted, target)  # [B]

@@ -272,6 +272,37 @@ class ZPState(LatentState):
     p: Tensor
 
 
+def test_features_are_computed_once_per_state_and_grad_mode():
+    """WorldModel.features reads the dynamics once per state object and grad mode: reward and Q
+    of one state share them, a copy of the state computes afresh, and features cached without
+    grad are never handed to a computation that differentiates (the gradient still flows)."""
+    model = small_model()
+    with torch.no_grad():  # away from the zero-initialised heads, so gradients are not 0
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    calls = []
+    original = model.dynamics.features
+
+    def counting(state):
+        calls.append(1)
+        return original(state)
+
+    model.dynamics.features = counting
+    state = model.encode(torch.randn(5, OBS))
+    a = torch.rand(5, ACT) * 2 - 1
+    with torch.no_grad():
+        model.reward(state, a)
+        model.Q(state, a)
+    assert len(calls) == 1
+    q = model.Q(state, a, "avg")  # grad mode: computed again, with its graph
+    model.reward(state, a)
+    assert len(calls) == 2 and q.requires_grad
+    (grad,) = torch.autograd.grad(q.sum(), state.h)
+    assert grad.abs().sum() > 0
+    model.Q(type(state)(state.h.clone()), a)  # another state object
+    assert len(calls) == 3
+
+
 def test_latent_state_batching_operations():
     s = ZPState(torch.arange(6.0).view(3, 2), -torch.arange(6.0).view(3, 2))
     assert s.batch_shape() == (3,)
