@@ -818,12 +818,15 @@ class GeodesicDynamics(Dynamics):
         distance of the positions and the metric norm of the velocity error at the target, after
         transporting the predicted velocity there (v = G^-1 p). [B]."""
         zp, zt = predicted.z, target.z
-        vp = predicted.p * poincare.inverse_metric_factor(zp)
-        vt = target.p * poincare.inverse_metric_factor(zt)
-        dv = poincare.parallel_transport(zp, zt, vp) - vt  # [B, d]
-        dist2 = poincare.dist(zp, zt).square()  # [B]
-        vel2 = (poincare.conformal_factor(zt) * dv).square().sum(-1)  # [B]
-        return (dist2 + vel2) / zp.shape[-1]
+        ap, at = poincare.one_minus_sqnorm(zp), poincare.one_minus_sqnorm(zt)  # 2 / lambda
+        vp = predicted.p * (0.5 * ap).square()  # G^-1 p
+        vt = target.p * (0.5 * at).square()
+        # parallel_transport: (lambda(zp) / lambda(zt)) gyr[zt, -zp] vp, the ratio at / ap
+        dv = (at / ap) * poincare.gyration(zt, -zp, vp) - vt  # [B, d]
+        # dist in its asinh form: 2 asinh(|zp - zt| / sqrt((1 - |zp|^2)(1 - |zt|^2)))
+        dist = 2.0 * torch.asinh((zp - zt).norm(dim=-1) / (ap * at).sqrt().squeeze(-1))  # [B]
+        vel2 = (dv / (0.5 * at)).square().sum(-1)  # lambda(zt)^2 |dv|^2 [B]
+        return (dist.square() + vel2) / zp.shape[-1]
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         return {

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from geometry import langevin, poincare
+from tests.conftest import ball_points
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantQueries
 from world_model.geodesic import (
@@ -254,6 +255,21 @@ def test_consistency_loss_is_zero_on_itself_and_grows_with_distance():
     moved = GeodesicState(poincare.expmap(s.z, 0.05 * torch.randn_like(s.z)), s.p)
     farther = GeodesicState(poincare.expmap(s.z, 0.5 * torch.randn_like(s.z)), s.p)
     assert dyn.consistency_loss(moved, s).mean() < dyn.consistency_loss(farther, s).mean()
+
+
+def test_consistency_loss_is_the_distance_and_the_transported_velocity_error():
+    """d_H(z, z*)^2 + lambda(z*)^2 |P_{z->z*} v - v*|^2, divided by d, from the ball's own dist,
+    parallel_transport and metric factors (float64, points up to |z| = 0.999)."""
+    dyn = small().double()
+    g = torch.Generator().manual_seed(3)
+    z = ball_points(32, 4, 0.999, seed=4)
+    zt = ball_points(32, 4, 0.999, seed=5)
+    p, pt = torch.randn(2, 32, 4, generator=g, dtype=F64)
+    v, vt = p * poincare.inverse_metric_factor(z), pt * poincare.inverse_metric_factor(zt)
+    dv = poincare.parallel_transport(z, zt, v) - vt
+    ref = poincare.dist(z, zt).square() + (poincare.conformal_factor(zt) * dv).square().sum(-1)
+    got = dyn.consistency_loss(GeodesicState(z, p), GeodesicState(zt, pt))
+    torch.testing.assert_close(got, ref / 4, rtol=1e-10, atol=1e-12)
 
 
 def test_history_window_adds_texture_entries():
