@@ -455,8 +455,13 @@ def _factor_angles(group: GaugeGroup, x: Tensor) -> Tensor:
     k = n * n - 1
     if n == 1:
         return (group.g_2 * x[..., :3]).unsqueeze(-2)
-    couplings = torch.tensor([[group.g_s], [group.g_2]], dtype=x.dtype, device=x.device)
-    return x[..., : k + 3].unflatten(-1, (2, 3)) * couplings
+    return x[..., : k + 3].unflatten(-1, (2, 3)) * _factor_couplings(group, x.dtype, x.device)
+
+
+@functools.lru_cache(maxsize=16)
+def _factor_couplings(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """[[g_s], [g_2]]: the couplings of the two SU(2)-type factors, built once; read only."""
+    return torch.tensor([[group.g_s], [group.g_2]], dtype=dtype, device=device)
 
 
 @functools.lru_cache(maxsize=16)

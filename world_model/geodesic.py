@@ -312,17 +312,18 @@ class GeodesicContext:
     correction_parts: tuple[ContextBank, ...]
     value_grad: Tensor | None = None
     ou: tuple[Tensor, Tensor] | None = None  # (c1, c2) of the O step, once per rollout
-    _chiral: dict[int, tuple[Tensor, Tensor]] = field(default_factory=dict, repr=False)
+    _chiral: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict, repr=False)
 
-    def chiral_for(self, head: CovariantAttention) -> tuple[Tensor, Tensor] | None:
-        """`head`'s chiral projector for value_grad, computed once per context (the value
-        gradient is fixed over a rollout) at value_grad's batch: [1] for a plan's root, shared
+    def chiral_for(self, head: CovariantAttention) -> tuple[Tensor, Tensor, Tensor] | None:
+        """`head`'s chiral projector for value_grad and its flat operator (CovariantAttention.
+        chiral_inputs), computed once per context (the value gradient is fixed over a rollout)
+        at value_grad's batch: [1] for a plan's root, shared
         by every sampled trajectory by broadcasting. None without value_grad."""
         if self.value_grad is None:
             return None
         key = id(head)
         if key not in self._chiral:
-            self._chiral[key] = head.chiral_projector(self.value_grad)
+            self._chiral[key] = head.chiral_inputs(self.value_grad)
         return self._chiral[key]
 
     @functools.cached_property

@@ -757,9 +757,20 @@ def test_a_precomputed_shared_chiral_projector_equals_the_per_query_one():
     z, x = q.positions[:, 0], q.features[:, 0]
     vg = q.value_grad[:1, 0]  # [1, d]
     ref, _ = head(CovariantQueries(z, x, value_grad=vg.expand(4, -1)), bank)
-    out, rec = head(CovariantQueries(z, x, chiral=head.chiral_projector(vg)), bank)
-    torch.testing.assert_close(out, ref)
-    assert rec.projectors.shape[0] == 1  # computed once
+    for chiral in (head.chiral_projector(vg), head.chiral_inputs(vg)):  # with its operator
+        out, rec = head(CovariantQueries(z, x, chiral=chiral), bank)
+        torch.testing.assert_close(out, ref)
+        assert rec.projectors.shape[0] == 1  # computed once
+    potential = _potential_head(wilson="exp", christoffel="poincare", temperature="metric")
+    prepared = potential.prepare(bank)
+    ref = potential.scalar_output_gradient(
+        CovariantQueries(z, x, value_grad=vg.expand(4, -1)), prepared
+    )
+    got = potential.scalar_output_gradient(
+        CovariantQueries(z, x, chiral=potential.chiral_inputs(vg)), prepared
+    )
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b)
 
 
 def _complex_chiral_gate(out, proj, n_colors, strength):

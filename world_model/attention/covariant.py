@@ -204,7 +204,13 @@ def _apply_operator(op: Tensor, x: Tensor) -> Tensor:
     return (op @ x.unsqueeze(-1)).squeeze(-1)
 
 
-def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | float) -> Tensor:
+def chiral_gate(
+    out: Tensor,
+    proj: Tensor,
+    n_colors: int,
+    strength: Tensor | float,
+    operator: Tensor | None = None,
+) -> Tensor:
     """Psi -> Psi + kappa (c^ Pi Psi - Psi) on the doublet slot  (seed 003 Defs 284-285).
 
     c^ = Psi^dag Pi Psi / |Psi|^2 per (colour, channel) is the commitment strength of Def 285
@@ -214,18 +220,21 @@ def chiral_gate(out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | flo
     Computed in real arithmetic on the flat layout: Pi as one real k x k operator P
     (:func:`chiral_operator`), so c^ = v^T P v / |v|^2 per doublet v (complex tensors, and
     doublet reshapes, cost several times the ops on CPU; the tests compare with the complex
-    form). out [..., k] real, proj [..., 2, 2] complex -> [..., k] real.
+    form). out [..., k] real, proj [..., 2, 2] complex -> [..., k] real; `operator`: proj's flat
+    operator when already built (a rollout builds it once).
     """
-    _, pv, _, gate = _gate_terms(out, proj, n_colors)
+    _, pv, _, gate = _gate_terms(out, proj, n_colors, operator)
     return out + strength * (gate * pv - out)
 
 
-def _gate_terms(out: Tensor, proj: Tensor, n_colors: int) -> tuple[Tensor, ...]:
+def _gate_terms(
+    out: Tensor, proj: Tensor, n_colors: int, operator: Tensor | None = None
+) -> tuple[Tensor, ...]:
     """The chiral gate's pieces on the flat layout: the operator P [..., k, k], P out, the
     per-doublet |v|^2 + eps [..., N_f m] and the commitment g = v^T P v / (|v|^2 + eps) spread
     back over each doublet's entries [..., k], in [0, 1]."""
     k = out.shape[-1]
-    op = chiral_operator(proj, n_colors, k, out.dtype)
+    op = chiral_operator(proj, n_colors, k, out.dtype) if operator is None else operator
     _, groups = _doublet_layout(n_colors, k, out.dtype, out.device)
     pv = _apply_operator(op, out)
     norm2 = out.square() @ groups + torch.finfo(out.dtype).eps
@@ -233,7 +242,12 @@ def _gate_terms(out: Tensor, proj: Tensor, n_colors: int) -> tuple[Tensor, ...]:
 
 
 def chiral_gate_vjp(
-    out: Tensor, proj: Tensor, n_colors: int, strength: Tensor | float, a: Tensor
+    out: Tensor,
+    proj: Tensor,
+    n_colors: int,
+    strength: Tensor | float,
+    a: Tensor,
+    operator: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """<a, chiral_gate(out)> and its gradient in `out`, in closed form and real arithmetic.
 
@@ -243,8 +257,9 @@ def chiral_gate_vjp(
     <a, gate(v)> = (1 - k) a.v + k g a^T P v and
     grad_v = (1 - k) a + k (g P a + 2 (a^T P v) (P v - g v) / (|v|^2 + eps)).
     out [B, k], proj [Bp, 2, 2] complex (Bp = 1 or B), a [k] or [B, k] ->
-    ([B, 1], [B, k]). Checked against autograd through the complex form of the gate."""
-    op, pv, norm2, gate = _gate_terms(out, proj, n_colors)
+    ([B, 1], [B, k]); `operator` as in :func:`chiral_gate`. Checked against autograd through
+    the complex form of the gate."""
+    op, pv, norm2, gate = _gate_terms(out, proj, n_colors, operator)
     _, groups = _doublet_layout(n_colors, out.shape[-1], out.dtype, out.device)
     pa = _apply_operator(op, a)
     a_pv = a * pv  # [B, k]: summed per doublet below
@@ -368,7 +383,9 @@ class CovariantQueries:
     velocity_features: [B, (Q,) d_velocity_features] x_v = phi_v(v) (W_Qv term)
     value_grad:        [B, (Q,) d] grad V at z: drives the chiral projector (none: no gate)
     levels:            [B, (Q,)] integer query level (none: the head's config.query_level)
-    chiral:            (Pi, degenerate) = head.chiral_projector(value_grad), precomputed, with
+    chiral:            (Pi, degenerate) = head.chiral_projector(value_grad), or with Pi's flat
+                       operator (Pi, degenerate, operator) = head.chiral_inputs(value_grad),
+                       precomputed, with
                        leading dims broadcastable to [B, (Q,)]: a caller whose value gradient
                        is fixed over many calls (a rollout) computes it once; it replaces
                        value_grad (none: computed from value_grad when given)
@@ -380,7 +397,7 @@ class CovariantQueries:
     velocity_features: Tensor | None = None
     value_grad: Tensor | None = None
     levels: Tensor | None = None
-    chiral: tuple[Tensor, Tensor] | None = None
+    chiral: tuple[Tensor, ...] | None = None
 
     def __post_init__(self) -> None:
         p = self.positions
@@ -446,13 +463,18 @@ class CovariantQueries:
 
         tensors = {f.name: unsq(getattr(self, f.name)) for f in fields(self) if f.name != "chiral"}
         chiral = None
-        if self.chiral is not None:  # (Pi [.., 2, 2], degenerate [..]): the query axis before Pi's
-            proj, degenerate = self.chiral
-            chiral = (proj.unsqueeze(-3), degenerate.unsqueeze(-1))
+        if self.chiral is not None:  # (Pi [.., 2, 2], degenerate [..], operator [.., k, k]):
+            proj, degenerate, *operator = self.chiral  # the query axis before the matrices'
+            chiral = (
+                proj.unsqueeze(-3),
+                degenerate.unsqueeze(-1),
+                *(o.unsqueeze(-3) for o in operator),
+            )
         return CovariantQueries.unchecked(**tensors, chiral=chiral)  # checked when built
 
-    def projector(self, head: CovariantAttention) -> tuple[Tensor, Tensor] | None:
-        """(Pi, degenerate) for `head`: the precomputed pair, else from value_grad, else None."""
+    def projector(self, head: CovariantAttention) -> tuple[Tensor, ...] | None:
+        """(Pi, degenerate[, operator]) for `head`: the precomputed tuple, else from value_grad,
+        else None."""
         if self.chiral is not None:
             return self.chiral
         if self.value_grad is None:
@@ -758,6 +780,13 @@ class CovariantAttention(nn.Module):
         value_grad [..., d] -> ([..., 2, 2] complex, [...] bool) (geometry.su2)."""
         return su2.chiral_projector(self.value_grad_proj(value_grad))
 
+    def chiral_inputs(self, value_grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(Pi, degenerate, Pi's flat operator [..., d_k, d_k]) for CovariantQueries.chiral: what
+        a caller whose value gradient is fixed over a rollout builds once."""
+        proj, degenerate = self.chiral_projector(value_grad)
+        operator = chiral_operator(proj, self.config.n_colors, self.config.d_k, value_grad.dtype)
+        return proj, degenerate, operator
+
     def string_tension(self) -> Tensor:
         """sigma(l) for l = 0 .. L: [L + 1]."""
         return self.screening_coupling.square()
@@ -1005,8 +1034,8 @@ class CovariantAttention(nn.Module):
         projectors = degenerate = None
         chiral = q.projector(self)
         if chiral is not None:
-            projectors, degenerate = chiral
-            out = chiral_gate(out, projectors, cfg.n_colors, self.chirality_strength)
+            projectors, degenerate, *operator = chiral
+            out = chiral_gate(out, projectors, cfg.n_colors, self.chirality_strength, *operator)
         out = self.w_o(out)  # [B, Q, d_out]
 
         record = AttentionRecord(
@@ -1117,7 +1146,12 @@ class CovariantAttention(nn.Module):
             a = self.w_o.weight.expand(n_batch, -1)  # [B, k]
         else:
             phi, a = chiral_gate_vjp(
-                out, chiral[0], cfg.n_colors, self.chirality_strength, self.w_o.weight[0]
+                out,
+                chiral[0],
+                cfg.n_colors,
+                self.chirality_strength,
+                self.w_o.weight[0],
+                *chiral[2:],
             )
         # b_j = dPhi/d l_j = alpha_j (<a, V~_j> - <a, out>)
         a_values = prepared.products(a.unsqueeze(1), values=True).squeeze(1)  # [B, N]
