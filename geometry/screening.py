@@ -70,8 +70,8 @@ def weighted_string_area_grad(
     b_sum = b.sum(-1, keepdim=True)  # [B, 1]
     if z_prime.shape[0] == 1:  # shared entries: one matrix product
         b_zp = b @ z_prime[0]  # [B, d]
-    else:
-        b_zp = torch.bmm(b.unsqueeze(1), z_prime).squeeze(1)
+    else:  # per-query entries (a few window states): a broadcast product, whose backward is
+        b_zp = (b.unsqueeze(-1) * z_prime).sum(-2)  # cheaper than a unit-dimension bmm's
     lam2 = lam.square()
     return lam2 * (b_sum * z - b_zp) + lam2 * lam * (b * delta2).sum(-1, keepdim=True) * z
 
