@@ -114,10 +114,9 @@ class GeodesicState(LatentState):
     p: Tensor  # [B, d] momentum covector at z
 
     def expand(self, n: int) -> GeodesicState:
-        """A batch of 1 viewed as n, with its first-same-as-last kick cache (the kick force and
-        Wilson lines and control gain at z, see GeodesicCrossAttention.position_terms) viewed as
-        n too: a planner that expands
-        its root to n samples then pays for the root's kick once, not n times per iteration."""
+        """A batch of 1 viewed as n, with its first-same-as-last kick cache (PositionTerms at z)
+        viewed as n too: a planner that expands its root to n samples then pays for the root's
+        kick once, not n times per iteration."""
         out = super().expand(n)
         cached = getattr(self, "_step_cache", None)
         if cached is not None:
@@ -317,8 +316,8 @@ class GeodesicContext:
     def chiral_for(self, head: CovariantAttention) -> tuple[Tensor, Tensor, Tensor] | None:
         """`head`'s chiral projector for value_grad and its flat operator (CovariantAttention.
         chiral_inputs), computed once per context (the value gradient is fixed over a rollout)
-        at value_grad's batch: [1] for a plan's root, shared
-        by every sampled trajectory by broadcasting. None without value_grad."""
+        at value_grad's batch: [1] for a plan's root, shared by every sampled trajectory by
+        broadcasting. None without value_grad."""
         if self.value_grad is None:
             return None
         key = id(head)

@@ -59,8 +59,11 @@ __all__ = [
     "masked_softmax",
     "realified_to_doublet",
     "doublet_to_realified",
+    "chiral_operator",
     "chiral_gate",
     "chiral_gate_vjp",
+    "pair_products",
+    "pair_mixture",
     "CovariantAttentionConfig",
     "CovariantQueries",
     "PreparedContext",
@@ -437,7 +440,7 @@ class CovariantQueries:
             )
 
     @classmethod
-    def unchecked(cls, **values: Tensor | tuple[Tensor, Tensor] | None) -> CovariantQueries:
+    def unchecked(cls, **values: Tensor | tuple[Tensor, ...] | None) -> CovariantQueries:
         """Queries from code that guarantees what __post_init__ checks (shapes, dtypes, points
         inside the ball: a model's own states), without the checks: their max |z| read costs
         a few ops and a host sync on every call of a rollout's inner loop."""
@@ -575,8 +578,9 @@ class PreparedContext:
         charged_index = torch.cat(
             [o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)]
         )
-        # contract part by part only where a shared part meets a per-sample one
-        blocks = tuple(blk for p in parts for blk in (p.blocks or ((p.keys, p.values),)))
+        blocks = None  # contract part by part only where a shared part meets a per-sample one
+        if len({p.batch_size for p in parts}) > 1:
+            blocks = tuple(blk for p in parts for blk in (p.blocks or ((p.keys, p.values),)))
         return PreparedContext(
             positions=joined("positions"),
             levels=joined("levels"),
@@ -587,7 +591,7 @@ class PreparedContext:
             _lines=None,
             charged=any(p.charged for p in parts),
             charged_index=charged_index,
-            blocks=blocks if len({p.batch_size for p in parts}) > 1 else None,
+            blocks=blocks,
             _parts=tuple(parts),
         )
 
