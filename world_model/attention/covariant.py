@@ -201,9 +201,12 @@ def chiral_operator(proj: Tensor, n_colors: int, k: int, dtype: torch.dtype) -> 
 
 
 def _apply_operator(op: Tensor, x: Tensor) -> Tensor:
-    """op x for op [..., k, k] broadcastable to x [..., k] (one shared operator: one product)."""
+    """op x for op [..., k, k] broadcastable to x [..., k] (one shared operator: one product;
+    per-sample operators while training: a broadcast product, see _broadcast_products)."""
     if op.shape[:-2].numel() == 1:
         return x @ op.reshape(op.shape[-2:]).mT
+    if _broadcast_products(op.requires_grad or x.requires_grad):
+        return (op * x.unsqueeze(-2)).sum(-1)
     return (op @ x.unsqueeze(-1)).squeeze(-1)
 
 
