@@ -254,7 +254,7 @@ def geodesic_drift(
     K = 1/2 p^T G^-1 p (geodesic_flow). The same maps as composing expmap, project,
     parallel_transport and metric_factor (the tests check it), in one pass that reads |z|^2 and
     |z'|^2 once: with a = 1 - |z|^2 and a' = 1 - |z'|^2, lambda = 2 / a, so
-    P_{z->z'} v = (a' / a) gyr[z', -z] v and p' = 4 gyr[z', -z] v / (a a') (~55 small ops where
+    P_{z->z'} v = (a' / a) gyr[z', -z] v and p' = 4 gyr[z', -z] v / (a a') (~60 small ops where
     the composition takes ~90; on CPU a rollout's cost is per op).
     z, p, correction [..., d] -> (z', p') [..., d].
     """
