@@ -86,6 +86,7 @@ _DRIFTS = ("geodesic", "euclidean")
 _FORCES = ("potential", "field")
 _ATTENTIONS = ("softmax", "inverse_distance", "krr")
 _CONTROLS = ("linear", "mlp")
+_HEAD_FEATURES = ("full", "orthonormal")
 _POTENTIAL_GRADIENTS = ("closed_form", "autograd")
 
 
@@ -231,6 +232,10 @@ class GeodesicConfig(DynamicsConfig):
     (F = (W + M(z)) a with the d x A gain M an MLP of (z, log_0 z))"""
     prototype_init_scale: float = 0.7
     """spread of the prototypes' initial positions (see PrototypeConfig)"""
+    head_features: str = "full"
+    """what the reward, value, policy and decoder heads read (GeodesicDynamics.features):
+    'full' (z, log_0 z, p / lambda, p) [4d], or 'orthonormal' (z, log_0 z, p / lambda) [3d],
+    without the coordinate momentum p, whose scale grows like lambda(z) near the boundary"""
 
     def __post_init__(self):
         for name in ("latent_dim", "encoder_dim", "prototypes", "feature_dim", "d_k", "n_colors"):
@@ -255,6 +260,8 @@ class GeodesicConfig(DynamicsConfig):
             )
         if self.control not in _CONTROLS:
             raise ValueError(f"GeodesicConfig.control must be one of {_CONTROLS}")
+        if self.head_features not in _HEAD_FEATURES:
+            raise ValueError(f"GeodesicConfig.head_features must be one of {_HEAD_FEATURES}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"GeodesicConfig.activation must be one of {sorted(ACTIVATIONS)}")
         if not 0.0 < self.max_norm < 1.0:
@@ -598,7 +605,7 @@ class GeodesicDynamics(Dynamics):
         cfg = config or GeodesicConfig()
         self.config = cfg
         d = cfg.latent_dim
-        self.feature_dim = 4 * d  # (z, log_0 z, p / lambda, p): see features()
+        self.feature_dim = (4 if cfg.head_features == "full" else 3) * d  # see features()
         if cfg.encoder == "identity" and obs_dim != 2 * d:
             raise ValueError(
                 f"GeodesicConfig.encoder='identity' needs obs_dim = 2 * latent_dim = {2 * d}, "
@@ -810,8 +817,12 @@ class GeodesicDynamics(Dynamics):
     def features(self, state: GeodesicState) -> Tensor:
         """(z, log_0 z, p / lambda(z), p) [B, 4d]: the position as a ball point and as a tangent
         vector at the origin, the momentum in an orthonormal frame and in coordinates (so a
-        linear read-out can recover an observed momentum)."""
-        return torch.cat([state_features(state.z, state.p), state.p], dim=-1)
+        linear read-out can recover an observed momentum); head_features = 'orthonormal' drops
+        the coordinate momentum: [B, 3d]."""
+        features = state_features(state.z, state.p)
+        if self.config.head_features == "orthonormal":
+            return features
+        return torch.cat([features, state.p], dim=-1)
 
     def consistency_loss(self, predicted: GeodesicState, target: GeodesicState) -> Tensor:
         """d_H(z, z*)^2 + lambda(z*)^2 |P_{z->z*} v - v*|^2 per sample, divided by d: hyperbolic

@@ -171,6 +171,21 @@ def test_registered_and_wrapped_by_the_world_model():
     assert model.decode(model.next(s, torch.zeros(5, 2))).shape == (5, 6)
 
 
+def test_head_features_with_and_without_the_coordinate_momentum():
+    """'full' reads (z, log_0 z, p / lambda, p); 'orthonormal' the same without p; the world
+    model's heads are sized from feature_dim."""
+    z = ball_points(5, 4, 0.95, seed=7).float()
+    p = torch.randn(5, 4)
+    lam = poincare.conformal_factor(z)
+    for mode, parts in (("full", [z, poincare.logmap0(z), p / lam, p]), ("orthonormal", None)):
+        dyn = small(head_features=mode)
+        expected = torch.cat(parts if parts else [z, poincare.logmap0(z), p / lam], dim=-1)
+        torch.testing.assert_close(dyn.features(GeodesicState(z, p)), expected)
+        assert dyn.feature_dim == expected.shape[-1]
+        model = WorldModel(6, 2, dyn)
+        assert model.reward(GeodesicState(z, p), torch.zeros(5, 2)).shape == (5, 1)
+
+
 def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
     dyn = small()
     state = dyn.encode(100 * torch.randn(64, 6))  # huge observations: still inside
@@ -335,6 +350,7 @@ def test_invalid_config_is_one_clear_error():
         dict(friction=-1.0),
         dict(wilson="cubic"),
         dict(encoder="cnn"),
+        dict(head_features="raw"),
     ):
         with pytest.raises(ValueError, match="GeodesicConfig|CovariantAttentionConfig"):
             GeodesicConfig(**bad)
