@@ -66,7 +66,7 @@ from world_model.attention.covariant import (
     PreparedContext,
 )
 from world_model.memory.prototypes import PrototypeConfig, PrototypePool
-from world_model.memory.window import TrajectoryWindow, state_features
+from world_model.memory.window import TrajectoryWindow, position_features, state_features
 from world_model.model import ACTIVATIONS, Dynamics, DynamicsConfig, LatentState, mlp
 from world_model.registry import register_dynamics
 
@@ -422,7 +422,7 @@ class GeodesicCrossAttention(nn.Module):
         the state). The kick head, the control MLP and the drift head's queries read the same
         features (z, log_0 z), and the kick's gradient through log_0 reuses its Jacobian."""
         jacobian = poincare.logmap0_jacobian(z)  # log_0 z = f z
-        features = torch.cat([z, jacobian[0] * z], dim=-1)  # [B, 2d]
+        features = torch.cat([z, jacobian[0] * z], dim=-1)  # position_features(z) [B, 2d]
         force, lines = self.kick_force(z, context, features, jacobian)
         gain = self.control_mlp(features) if self.control_mlp is not None else None
         return PositionTerms(force, lines, gain, features)
@@ -473,7 +473,7 @@ class GeodesicCrossAttention(nn.Module):
     ) -> CovariantQueries:
         """The kick head's queries at z [B, d]: features (z, log_0 z) [B, 2d]."""
         if features is None:
-            features = torch.cat([z, poincare.logmap0(z)], dim=-1)
+            features = position_features(z)
         return CovariantQueries.unchecked(  # the model's own states: inside the ball
             positions=z,
             features=features,
@@ -491,7 +491,7 @@ class GeodesicCrossAttention(nn.Module):
         force = self.control_linear(action)
         if self.control_mlp is not None:
             if gain is None:
-                gain = self.control_mlp(torch.cat([z, poincare.logmap0(z)], dim=-1))
+                gain = self.control_mlp(position_features(z))
             force = force + (
                 gain.unflatten(-1, (-1, self.action_dim)) @ action.unsqueeze(-1)
             ).squeeze(-1)
@@ -518,13 +518,9 @@ class GeodesicCrossAttention(nn.Module):
         cfg = self.config
         if cfg.drift_correction and correction is None:
             v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
-            if point_features is None:
-                features = state_features(z, p)
-            else:  # state_features from the kick's (z, log_0 z)
-                features = torch.cat([point_features, p / poincare.conformal_factor(z)], dim=-1)
             queries = CovariantQueries.unchecked(
                 positions=z,
-                features=features,
+                features=state_features(z, p, point_features),
                 velocity=v,
                 chiral=context.chiral_for(self.drift_head),
             )
@@ -756,7 +752,7 @@ class GeodesicDynamics(Dynamics):
         z = state.z
         queries = CovariantQueries(
             positions=z,
-            features=torch.cat([z, poincare.logmap0(z)], dim=-1),
+            features=position_features(z),
             value_grad=ctx.value_grad,
         )
         _, record = integ.kick_head(queries, ctx.force)
@@ -836,10 +832,8 @@ class GeodesicDynamics(Dynamics):
         vt = target.p * (0.5 * at).square()
         # parallel_transport: (lambda(zp) / lambda(zt)) gyr[zt, -zp] vp, the ratio at / ap
         dv = (at / ap) * poincare.gyration(zt, -zp, vp) - vt  # [B, d]
-        # dist in its asinh form: 2 asinh(|zp - zt| / sqrt((1 - |zp|^2)(1 - |zt|^2)))
-        dist = 2.0 * torch.asinh((zp - zt).norm(dim=-1) / (ap * at).sqrt().squeeze(-1))  # [B]
         vel2 = (dv / (0.5 * at)).square().sum(-1)  # lambda(zt)^2 |dv|^2 [B]
-        return (dist.square() + vel2) / zp.shape[-1]
+        return (poincare.dist(zp, zt).square() + vel2) / zp.shape[-1]
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         return {

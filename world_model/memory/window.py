@@ -15,14 +15,22 @@ from torch import Tensor, nn
 from geometry import poincare
 from world_model.attention.context import ContextBank
 
-__all__ = ["TrajectoryWindow", "state_features"]
+__all__ = ["TrajectoryWindow", "position_features", "state_features"]
 
 
-def state_features(z: Tensor, p: Tensor) -> Tensor:
-    """(z, log_0 z, p / lambda(z)): the position twice (as a ball point and as a tangent vector at
-    the origin, which MLPs read more easily near the boundary) and the momentum in an orthonormal
-    frame (|p / lambda|^2 = 2 K). z, p [..., d] -> [..., 3d]."""
-    return torch.cat([z, poincare.logmap0(z), p / poincare.conformal_factor(z)], dim=-1)
+def position_features(z: Tensor) -> Tensor:
+    """(z, log_0 z): the position twice, as a ball point and as a tangent vector at the origin
+    (which MLPs read more easily near the boundary). z [..., d] -> [..., 2d]."""
+    return torch.cat([z, poincare.logmap0(z)], dim=-1)
+
+
+def state_features(z: Tensor, p: Tensor, position: Tensor | None = None) -> Tensor:
+    """(z, log_0 z, p / lambda(z)): position_features and the momentum in an orthonormal frame
+    (|p / lambda|^2 = 2 K); `position`: position_features(z) when already computed.
+    z, p [..., d] -> [..., 3d]."""
+    if position is None:
+        position = position_features(z)
+    return torch.cat([position, p / poincare.conformal_factor(z)], dim=-1)
 
 
 class TrajectoryWindow(nn.Module):
