@@ -111,7 +111,8 @@ def build(kind: str, params_target: int | None = None, conservative: bool = Fals
 def count(model: WorldModel) -> int:
     """Parameters that take part in prediction: encoder, dynamics, decoder."""
     groups = model.model_parameter_groups()
-    used = [*groups["encoder"], *groups["dynamics"], *model._decoder.parameters()]
+    decoder = model._decoder.parameters() if model._decoder is not None else ()
+    used = [*groups["encoder"], *groups["dynamics"], *decoder]
     return sum(p.numel() for p in used)
 
 

@@ -623,6 +623,8 @@ class GeodesicDynamics(Dynamics):
         self.window = TrajectoryWindow(d, cfg.feature_dim, TEXTURE) if cfg.window > 0 else None
         self.history_length = cfg.window  # the agent hands the last `window` observations
         self.uses_value_gradient = cfg.value_gradient  # and its value estimate, for chirality
+        # the identity encoder's latent (z, p) is the observation: decoded exactly, no head
+        self.exact_observation = cfg.encoder == "identity"
         self.integrator = GeodesicCrossAttention(cfg, action_dim)
 
     # ------------------------------------------------------------------ interface
@@ -638,6 +640,11 @@ class GeodesicDynamics(Dynamics):
             z = poincare.project(z, self.config.max_norm)
             return GeodesicState(z, poincare.conformal_factor(z) * m)
         return GeodesicState(poincare.project(u, self.config.max_norm), m)
+
+    def observation(self, state: GeodesicState) -> Tensor:
+        """(z, p) [B, 2d]: the observation itself under the identity encoder (exact_observation;
+        the encoder only projects z into the ball)."""
+        return torch.cat([state.z, state.p], dim=-1)
 
     def context(
         self,

@@ -160,6 +160,10 @@ class Dynamics(nn.Module):
       yet); `value_fn` as for `context` when uses_value_gradient; default empty.
     - `parameter_groups() -> {"encoder": [...], "dynamics": [...]}`: the encoder's learning
       rate is scaled (TD-MPC2); default everything in "dynamics".
+    - `exact_observation` / `observation(state) -> [B, O]`: a dynamics whose encoder is exactly
+      invertible (the latent state is the observation, e.g. the geodesic model's identity
+      encoder) sets `exact_observation = True` and returns the observation itself; the world
+      model then decodes with it and builds no learned decoder. Default False.
 
     The agent keeps an EMA copy of the whole dynamics as the target encoder, so `encode` must
     depend on parameters (and buffers) only, not on state that `on_transition` accumulates.
@@ -169,6 +173,7 @@ class Dynamics(nn.Module):
     feature_dim: int
     history_length: int = 0  # W: recent observations the context reads (see context)
     uses_value_gradient: bool = False  # context receives value_fn (see context)
+    exact_observation: bool = False  # observation() inverts encode: no learned decoder
 
     def encode(self, obs: Tensor) -> LatentState:  # obs [B, O]
         raise NotImplementedError
@@ -186,6 +191,10 @@ class Dynamics(nn.Module):
     def consistency_loss(self, predicted: LatentState, target: LatentState) -> Tensor:
         """Per-sample latent consistency loss [B]; default MSE between features."""
         return (self.features(predicted) - self.features(target)).square().mean(-1)
+
+    def observation(self, state: LatentState) -> Tensor:  # -> [B, O]
+        """The observation `state` encodes, when exact_observation (encode is invertible)."""
+        raise NotImplementedError(f"{type(self).__name__} has no exact observation")
 
     def regularisers(self, states: LatentState, batch: Any) -> dict[str, Tensor]:
         return {}
@@ -357,7 +366,10 @@ class WorldModel(nn.Module):
             cfg.num_q, feat + action_dim, hidden, cfg.num_bins, cfg.activation, cfg.q_dropout
         )
         self._pi = mlp(feat, hidden, 2 * action_dim, cfg.activation)
-        self._decoder = mlp(feat, hidden, obs_dim, cfg.activation)
+        # a dynamics whose latent state is the observation decodes exactly, without a head
+        self._decoder = (
+            None if dynamics.exact_observation else mlp(feat, hidden, obs_dim, cfg.activation)
+        )
         # TD-MPC2: zero-initialised output layers give reward = Q = 0 at the start
         for layer in (self._reward[-1], self._q.out):
             nn.init.zeros_(layer.weight)
@@ -443,7 +455,10 @@ class WorldModel(nn.Module):
 
     # -- heads
     def decode(self, state: LatentState) -> Tensor:
-        """Latent state [B] -> predicted observation [B, O]."""
+        """Latent state [B] -> predicted observation [B, O] (the dynamics' exact observation
+        when it has one, else the learned decoder)."""
+        if self._decoder is None:
+            return self.dynamics.observation(state)
         return self._decoder(self.features(state))
 
     def reward(self, state: LatentState, action: Tensor, *, return_logits: bool = False) -> Tensor:
@@ -507,7 +522,8 @@ class WorldModel(nn.Module):
     def model_parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters trained by the world-model loss: the dynamics' groups plus the heads."""
         groups = self.dynamics.parameter_groups()
-        heads = [*self._reward.parameters(), *self._q.parameters(), *self._decoder.parameters()]
+        decoder = self._decoder.parameters() if self._decoder is not None else ()
+        heads = [*self._reward.parameters(), *self._q.parameters(), *decoder]
         return {
             "encoder": list(groups.get("encoder", [])),
             "dynamics": list(groups.get("dynamics", [])),

@@ -186,6 +186,26 @@ def test_head_features_with_and_without_the_coordinate_momentum():
         assert model.reward(GeodesicState(z, p), torch.zeros(5, 2)).shape == (5, 1)
 
 
+def test_identity_encoder_decodes_exactly_without_a_decoder_head():
+    """Under the identity encoder the latent (z, p) is the observation: the world model decodes
+    it exactly (no learned decoder whose error would add to every decoded prediction), and a
+    decoded loss trains the dynamics through the state itself. Other encoders keep the head."""
+    dyn = GeodesicDynamics(4, 2, GeodesicConfig(latent_dim=2, encoder="identity", prototypes=8))
+    model = WorldModel(4, 2, dyn)
+    assert model._decoder is None
+    assert not any("decoder" in name for name, _ in model.named_parameters())
+    obs = torch.cat([ball_points(6, 2, 0.9, seed=3).float(), torch.randn(6, 2)], dim=-1)
+    state = model.encode(obs)
+    assert torch.equal(model.decode(state), obs)
+    nxt = model.next(state, torch.rand(6, 2) * 2 - 1, stochastic=True)
+    torch.testing.assert_close(model.decode(nxt), torch.cat([nxt.z, nxt.p], dim=-1))
+    model.decode(nxt).square().sum().backward()
+    assert dyn.integrator.control_linear.weight.grad.abs().sum() > 0
+    heads = model.model_parameter_groups()["heads"]
+    assert len(heads) == len([*model._reward.parameters(), *model._q.parameters()])
+    assert WorldModel(6, 2, small())._decoder is not None
+
+
 def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
     dyn = small()
     state = dyn.encode(100 * torch.randn(64, 6))  # huge observations: still inside
