@@ -68,6 +68,7 @@ def make_data(preset: str, n: int, steps: int, seed: int, noise: bool) -> Data:
 
 
 ATTENTION = "softmax"
+POTENTIAL_WELLS = 0  # GeodesicConfig.potential_wells (--potential-wells)
 GEODESIC_LR = 1e-2  # from a short sweep on seed 0 (3e-3 learned too slowly in 800 updates)
 GRU_LRS = (3e-3, 1e-2)
 PRESETS = ("default", "conservative")
@@ -92,6 +93,7 @@ def build(kind: str, params_target: int | None = None, conservative: bool = Fals
                 dt=make_config("default").dt,
                 drift_correction=False,
                 attention=ATTENTION,
+                potential_wells=POTENTIAL_WELLS,
                 **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
             ),
         )

@@ -42,6 +42,7 @@ __all__ = [
     "christoffel_contract",
     "kinetic_energy",
     "kinetic_energy_grad",
+    "gaussian_wells",
     "geodesic_drift",
     "geodesic_flow",
 ]
@@ -235,6 +236,26 @@ def kinetic_energy_grad(z: Tensor, p: Tensor) -> Tensor:
     dK/dz = -|p|^2 z / lambda(z). The kick -dK/dz is the geodesic term the seed's B step omits
     (DESIGN.md, "Where the seeds are wrong")."""
     return -sqnorm(p) * z / conformal_factor(z)  # [..., d]
+
+
+def gaussian_wells(
+    z: Tensor, centers: Tensor, depths: Tensor, widths: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Gaussian wells in hyperbolic distance and their force (closed form):
+    Phi(z) = -sum_j a_j exp(-d(z, c_j)^2 / (2 w_j^2)),
+    -dPhi/dz = lambda(z) sum_j (a_j / w_j^2) e_j d_j u_j,
+    since the coordinate gradient of d(z, c)^2 / 2 is -G(z) log_z(c) = -lambda(z) d(z, c) u with
+    u the unit vector of (-z) (+) c (log_z c = (2 / lambda(z)) artanh|w| w / |w|). Finite at
+    z = c_j (d_j / |w_j| -> 2). z [B, d], centers [M, d], depths a [M] (< 0: a bump),
+    widths w [M] > 0 -> (Phi [B], force covector [B, d])."""
+    w = gyro_difference(z.unsqueeze(-2), centers)  # [B, M, d]
+    n = _safe_norm(w).squeeze(-1)  # [B, M]
+    d = 2.0 * torch.atanh(n.clamp_max(1 - torch.finfo(z.dtype).eps))  # d(z, c_j)
+    e = torch.exp(-0.5 * (d / widths).square())  # [B, M]
+    phi = -(depths * e).sum(-1)  # [B]
+    coeff = depths / widths.square() * e * (d / n)  # [B, M]
+    force = conformal_factor(z) * (coeff.unsqueeze(-1) * w).sum(-2)  # [B, d]
+    return phi, force
 
 
 def geodesic_drift(

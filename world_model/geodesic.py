@@ -15,7 +15,8 @@ z; mass G(z) = lambda(z)^2 I. One environment step of length h:
   can grow like lambda near the boundary: a softmax-weighted force is bounded, and a learned
   model would otherwise confine weakly there, DESIGN.md); F_conf = -kappa grad(d_H(0, z)^2 / 2),
   a known confining term with learned kappa >= 0; F_ctrl(z, a) the action's control force (a
-  covector: linear in a, plus an optional MLP of (log_0 z, a)).
+  covector: linear in a, plus an optional MLP of (log_0 z, a)). Optionally (potential_wells)
+  F_attn also carries the force of learned Gaussian wells in hyperbolic distance.
 - Drift (Prop 102, values as displacement corrections): the geodesic flow with an attention
   correction delta to the velocity: z' = exp_z(t (v + delta)), v = G^-1 p, with v parallel-
   transported to z' and p' = G(z') v'. With delta = 0 this is exactly
@@ -54,6 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import geoopt
 import torch
 from torch import Tensor, nn
 
@@ -227,6 +229,15 @@ class GeodesicConfig(DynamicsConfig):
     """add the optional learned thermostat head (residual from a fresh noise bank)"""
     confinement: float = 0.1
     """initial kappa of the known confining force -kappa grad d_H(0, z)^2 / 2 (learned, >= 0)"""
+    potential_wells: int = 0
+    """K > 0 adds K learned Gaussian wells in hyperbolic distance to the kick's potential:
+    Phi_w(z) = -sum_j a_j exp(-d_H(z, c_j)^2 / (2 w_j^2)) (geometry.poincare.gaussian_wells),
+    centres c_j in the ball (Riemannian Adam), depths a_j (signed, start at 0) and widths w_j
+    learned; its force is closed-form and conservative, like the head's. A structured potential
+    (an RBF network on the ball) that fits a landscape of wells faster than the attention read-out
+    alone; 0: none"""
+    well_width: float = 0.5
+    """initial hyperbolic width w_j of the potential wells"""
     control: str = "mlp"
     """control force, control-affine and zero without action: 'linear' (F = W a) or 'mlp'
     (F = (W + M(z)) a with the d x A gain M an MLP of (z, log_0 z))"""
@@ -244,7 +255,7 @@ class GeodesicConfig(DynamicsConfig):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"GeodesicConfig.{name} must be an integer >= 1, got {value!r}")
-        for name in ("encoder_layers", "window"):
+        for name in ("encoder_layers", "window", "potential_wells"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 0):
                 raise ValueError(f"GeodesicConfig.{name} must be an integer >= 0, got {value!r}")
@@ -270,6 +281,8 @@ class GeodesicConfig(DynamicsConfig):
             raise ValueError(f"GeodesicConfig.max_norm must lie in (0, 1), got {self.max_norm}")
         if not (math.isfinite(self.dt) and self.dt > 0):
             raise ValueError(f"GeodesicConfig.dt must be > 0, got {self.dt}")
+        if not (math.isfinite(self.well_width) and self.well_width > 0):
+            raise ValueError(f"GeodesicConfig.well_width must be > 0, got {self.well_width}")
         for name in ("friction", "thermostat_temperature", "confinement"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -376,6 +389,14 @@ class GeodesicCrossAttention(nn.Module):
             nn.init.zeros_(self.control_mlp[-1].weight)
             nn.init.zeros_(self.control_mlp[-1].bias)
         self.confinement_raw = nn.Parameter(torch.tensor(math.sqrt(cfg.confinement)))
+        if cfg.potential_wells > 0:  # Phi_w: flat at the start (depths 0)
+            k = cfg.potential_wells
+            centres = poincare.project(
+                poincare.expmap0(cfg.prototype_init_scale * torch.randn(k, d)), cfg.max_norm
+            )
+            self.well_centres = geoopt.ManifoldParameter(centres, manifold=geoopt.PoincareBall())
+            self.well_depths = nn.Parameter(torch.zeros(k))
+            self.well_widths_raw = nn.Parameter(torch.full((k,), math.log(cfg.well_width)))
         self.friction_raw = nn.Parameter(torch.tensor(float(cfg.friction)))
         self.thermostat_head = (
             CovariantAttention(cfg.head_config(query_features=2 * d, query_level=MACRO))
@@ -466,7 +487,15 @@ class GeodesicCrossAttention(nn.Module):
             force = -grad
             if not training:
                 force, lines = force.detach(), lines.detach()
-        return force + self.confinement * confining_force(z), lines
+        force = force + self.confinement * confining_force(z)
+        if self.config.potential_wells > 0:
+            force = force + self.wells(z)[1]
+        return force, lines
+
+    def wells(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """The potential wells Phi_w at z [B, d] and their force: ([B], [B, d])."""
+        centres = self.well_centres.as_subclass(Tensor)  # plain tensor: no geoopt dispatch
+        return poincare.gaussian_wells(z, centres, self.well_depths, self.well_widths_raw.exp())
 
     def _kick_queries(
         self, z: Tensor, context: GeodesicContext, features: Tensor | None = None

@@ -191,6 +191,7 @@ def test_float32_values_and_gradients_finite_near_boundary(r1, d1, r2, d2, t):
         "flow_p": P.geodesic_flow(x, v, 0.05)[1],
         "drift_z": P.geodesic_drift(x, v, 0.05, y, 1 - 1e-5)[0],
         "drift_p": P.geodesic_drift(x, v, 0.05, y, 1 - 1e-5)[1],
+        "wells_force": P.gaussian_wells(x, torch.stack([y, x]), *WELLS)[1],
     }
     for name, out in outs.items():
         assert torch.isfinite(out).all(), name
@@ -293,6 +294,26 @@ def test_kinetic_energy_gradient_matches_autograd():
     p = torch.randn(32, D, dtype=torch.float64)
     (g,) = torch.autograd.grad(P.kinetic_energy(z, p).sum(), z)
     torch.testing.assert_close(P.kinetic_energy_grad(z, p), g, rtol=1e-10, atol=1e-12)
+
+
+def test_gaussian_wells_are_the_potential_of_their_force():
+    """Phi against the formula through P.dist; the closed-form force against -autograd of Phi,
+    also at a well's centre (where the force has a removable 0/0) and near the boundary."""
+    z = ball_points(32, D, 0.999, seed=21)
+    centers = torch.cat([ball_points(4, D, 0.8, seed=22), z[:1]])  # a centre on a query point
+    depths = torch.tensor([0.6, -0.3, 0.5, 0.2, 0.4], dtype=torch.float64)
+    widths = torch.tensor([0.5, 0.4, 1.3, 0.7, 0.6], dtype=torch.float64)
+    zq = z.clone().requires_grad_(True)
+    phi, force = P.gaussian_wells(zq, centers, depths, widths)
+    dist = P.dist(z.unsqueeze(-2), centers)  # [32, 5]
+    ref = -(depths * torch.exp(-dist.square() / (2 * widths.square()))).sum(-1)
+    torch.testing.assert_close(phi, ref, rtol=1e-10, atol=1e-12)
+    (grad,) = torch.autograd.grad(phi.sum(), zq)
+    torch.testing.assert_close(force, -grad, rtol=1e-8, atol=1e-10)
+    assert torch.isfinite(force).all()
+
+
+WELLS = (torch.tensor([0.5, -0.2]), torch.tensor([0.4, 0.9]))  # depths, widths (float32)
 
 
 def test_geodesic_flow_is_the_hamiltonian_flow_of_the_kinetic_energy():
