@@ -16,9 +16,14 @@ then sit at the prototypes). For a geodesic run it reports:
 - from the run's TensorBoard events: every diagnostics/* scalar's first and last logged value
   with their steps (its trend over training), and the evaluation history.
 
-A world model without geometric diagnostics (the GRU) gets one line saying so, and the
-evaluation history. `--json` prints the same as one JSON object. A missing or corrupt run folder
-or checkpoint: one line on stderr, exit 2.
+For every world model (the GRU too) it reports the latent fit: the world model's own consistency
+loss at each predicted step of the training horizon, open loop from N buffer states against the
+target encoder of the true observations, without the dynamics' noise (how far the latent
+dynamics drifts from the encoder over a rollout; each model in its own latent units).
+
+A world model without geometric diagnostics (the GRU) gets one line saying so, the latent fit
+and the evaluation history. `--json` prints the same as one JSON object. A missing or corrupt
+run folder or checkpoint: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -40,7 +45,15 @@ from agent.loop import CHECKPOINT_NAME
 from envs import EnvError
 from world_model.diagnostics import NodeReport
 
-__all__ = ["build_parser", "diagnose", "format_report", "main", "sample_batch", "read_events"]
+__all__ = [
+    "build_parser",
+    "diagnose",
+    "format_report",
+    "latent_fit",
+    "main",
+    "sample_batch",
+    "read_events",
+]
 
 PROG = "python -m agent.diagnose"
 NODES = (67, 68, 69, 70)
@@ -84,18 +97,44 @@ def load_run(path: str | Path, device: str | None = None) -> tuple[Agent, Path]:
     return agent, path if path.is_dir() else path.parent
 
 
-def sample_batch(agent: Agent, states: int) -> Any:
-    """`states` start states from the replay buffer with the dynamics' history window, drawn
-    with a generator of their own (the run's saved sampling stream is left alone); None when
-    the buffer is empty."""
+def sample_batch(agent: Agent, states: int, horizon: int = 1) -> Any:
+    """`states` start states from the replay buffer with the dynamics' history window and the
+    next `horizon` steps, drawn with a generator of their own (the run's saved sampling stream
+    is left alone); None when the buffer is empty."""
     buffer = agent.buffer
     if buffer.size < 1:
         return None
     saved, buffer.rng = buffer.rng, np.random.default_rng(agent.config.train.seed + 4)
     try:
-        return buffer.sample(states, 1, agent.model.history_length).to(agent.device)
+        return buffer.sample(states, horizon, agent.model.history_length).to(agent.device)
     finally:
         buffer.rng = saved
+
+
+@torch.no_grad()
+def latent_fit(agent: Agent, states: int) -> dict[str, Any] | None:
+    """The world model's consistency loss at each predicted step 1..H (H the training horizon),
+    averaged over `states` buffer sequences: an open-loop rollout of the recorded actions from
+    the encoded first observation, without the dynamics' noise, against the target encoder of
+    each true next observation (world_model.training's consistency term). None when the buffer
+    cannot fill a sequence."""
+    horizon = agent.config.loss.horizon
+    if agent.buffer.size <= horizon:
+        return None
+    batch = sample_batch(agent, states, horizon)
+    model = agent.model
+    model.eval()
+    targets = model.encode(batch.obs[1:].flatten(0, 1), target=True).unflatten(
+        (horizon, batch.obs.shape[1])
+    )  # [H, B]
+    state = model.encode(batch.obs[0])
+    context = model.context(state, batch.history_obs, batch.history_mask)
+    losses = []
+    for t in range(horizon):
+        state = model.next(state, batch.action[t], context, stochastic=False)
+        target = targets.map(lambda x, t=t: x[t])
+        losses.append(float(model.consistency_loss(state, target).mean()))
+    return {"horizon": horizon, "states": int(batch.obs.shape[1]), "consistency": losses}
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -192,6 +231,7 @@ def diagnose(path: str | Path, states: int = 64, device: str | None = None) -> d
         "step": agent.num_timesteps,
         "states": 0 if batch is None else int(batch.obs.shape[1]),
         "geometric": geometric_diagnostics(agent, batch, states),
+        "latent_fit": latent_fit(agent, states),
         **read_events(run_dir),
     }
     agent.env.close()
@@ -273,6 +313,17 @@ def _events_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _latent_fit_lines(fit: dict[str, Any] | None) -> list[str]:
+    lines = ["", "latent fit (consistency loss per predicted step, no noise)", ""]
+    if fit is None:
+        return [*lines, "  the replay buffer holds no full training horizon yet"]
+    lines.append(f"  open loop from {fit['states']} buffer sequences, the model's own loss")
+    return lines + _table(
+        ["step", "consistency"],
+        [[str(t + 1), _num(v)] for t, v in enumerate(fit["consistency"])],
+    )
+
+
 def format_report(report: dict[str, Any]) -> str:
     head = (
         f"run {report['run']}: {report['env_id']}, world model {report['world_model']}, "
@@ -286,6 +337,7 @@ def format_report(report: dict[str, Any]) -> str:
         )
     else:
         lines += _geometric_lines(report["geometric"], report["states"])
+    lines += _latent_fit_lines(report["latent_fit"])
     lines += _events_lines(report)
     return "\n".join(lines)
 

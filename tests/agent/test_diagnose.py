@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from agent import diagnose
 from agent.agent import Agent
@@ -138,6 +139,23 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
         assert math.isfinite(trends[tag]["first"]) and math.isfinite(trends[tag]["last"])
     assert report["eval"][-1]["step"] == STEPS and report["error"] is None
 
+    # the latent fit: the world model's consistency loss per predicted step, recomputed here as
+    # world_model.training does it (same buffer sequences, no noise)
+    fit = report["latent_fit"]
+    horizon = agent.config.loss.horizon
+    assert fit["horizon"] == horizon == len(fit["consistency"]) and fit["states"] == 32
+    batch = diagnose.sample_batch(agent, 32, horizon)
+    model = agent.model
+    with torch.no_grad():
+        state = model.encode(batch.obs[0])
+        context = model.context(state, batch.history_obs, batch.history_mask)
+        for t in range(horizon):
+            state = model.next(state, batch.action[t], context)
+            target = model.encode(batch.obs[t + 1], target=True)
+            want = float(model.consistency_loss(state, target).mean())
+            assert fit["consistency"][t] == pytest.approx(want, rel=1e-5, abs=1e-9)
+    assert all(v > 0 for v in fit["consistency"])
+
 
 @pytest.mark.slow
 def test_text_report_in_a_real_process(geodesic_run):
@@ -158,6 +176,7 @@ def test_text_report_in_a_real_process(geodesic_run):
         "distributions over the 64 states",
         "trend over training (TensorBoard diagnostics/*)",
         "evaluation history (eval/mean_return)",
+        "latent fit (consistency loss per predicted step, no noise)",
     ):
         assert heading in text
     for label in ("relative gauge deviation", "degenerate fraction", "max |z|", "| tau(z) "):
@@ -169,7 +188,7 @@ def test_an_empty_buffer_is_diagnosed_at_the_prototypes(tmp_path, capsys):
     config = RunConfig.from_dict({**tiny(train={"world_model": "geodesic"}), "dynamics": GEODESIC})
     path = Agent(None, config).save(tmp_path / "fresh.pt", include_buffer=True)
     report = json_report(capsys, str(path))
-    assert report["states"] == 0 and report["step"] == 0
+    assert report["states"] == 0 and report["step"] == 0 and report["latent_fit"] is None
     assert [n["node"] for n in report["geometric"]["nodes"]] == [67, 68, 69, 70]
     assert all(math.isfinite(n["value"]) for n in report["geometric"]["nodes"])
     assert report["error"].startswith("no TensorBoard events") and report["trends"] == {}
@@ -189,6 +208,9 @@ def test_a_gru_run_has_no_geometric_diagnostics(gru_run, capsys):
     assert "| node" not in text and f"| {STEPS} " in text  # the evaluation history
     report = json_report(capsys, str(gru_run))
     assert report["geometric"] is None and report["trends"] == {}
+    fit = report["latent_fit"]  # every world model has one (tiny(): horizon 2)
+    assert len(fit["consistency"]) == 2 and all(v >= 0 for v in fit["consistency"])
+    assert "latent fit (consistency loss per predicted step" in text
     assert [e["step"] for e in report["eval"]] == [STEPS]
     assert report["eval"][0]["mean"] <= 0 and report["eval"][0]["std"] >= 0
 
