@@ -238,6 +238,10 @@ class GeodesicConfig(DynamicsConfig):
     alone; 0: none"""
     well_width: float = 0.5
     """initial hyperbolic width w_j of the potential wells"""
+    radius_penalty: float = 0.0
+    """weight c of a regulariser c * mean d_H(0, z)^2 over the encoded states of a training batch
+    (the rollouts' roots, logged as losses/radius): pulls the encoder's states toward the
+    origin, where the metric amplifies prediction errors less; 0: none"""
     control: str = "mlp"
     """control force, control-affine and zero without action: 'linear' (F = W a) or 'mlp'
     (F = (W + M(z)) a with the d x A gain M an MLP of (z, log_0 z))"""
@@ -283,7 +287,7 @@ class GeodesicConfig(DynamicsConfig):
             raise ValueError(f"GeodesicConfig.dt must be > 0, got {self.dt}")
         if not (math.isfinite(self.well_width) and self.well_width > 0):
             raise ValueError(f"GeodesicConfig.well_width must be > 0, got {self.well_width}")
-        for name in ("friction", "thermostat_temperature", "confinement"):
+        for name in ("friction", "thermostat_temperature", "confinement", "radius_penalty"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"GeodesicConfig.{name} must be finite and >= 0, got {value}")
@@ -870,6 +874,15 @@ class GeodesicDynamics(Dynamics):
         dv = (at / ap) * poincare.gyration(zt, -zp, vp) - vt  # [B, d]
         vel2 = (dv / (0.5 * at)).square().sum(-1)  # lambda(zt)^2 |dv|^2 [B]
         return (poincare.dist(zp, zt).square() + vel2) / zp.shape[-1]
+
+    def regularisers(self, states: GeodesicState, batch: Any) -> dict[str, Tensor]:
+        """radius_penalty * mean d_H(0, z_0)^2 over the encoded roots z_0 = states.z[0] of the
+        training rollouts (states [H + 1, B])."""
+        c = self.config.radius_penalty
+        if c <= 0:
+            return {}
+        radius = poincare.dist(states.z[0], torch.zeros_like(states.z[0]))  # [B]
+        return {"radius": c * radius.square().mean()}
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         return {

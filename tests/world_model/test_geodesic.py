@@ -243,6 +243,22 @@ def test_identity_encoder_decodes_exactly_without_a_decoder_head():
     assert WorldModel(6, 2, small())._decoder is not None
 
 
+def test_radius_penalty_is_the_mean_squared_distance_of_the_encoded_roots():
+    """regularisers: c * mean d_H(0, z_0)^2 over the roots of the stacked rollouts [H + 1, B]
+    (d_H(0, z) = 2 artanh|z|), with a gradient to the encoder; none by default."""
+    obs = torch.randn(5, 6)
+    assert small().regularisers(small().encode(obs), None) == {}
+    dyn = small(radius_penalty=0.3)
+    root = dyn.encode(obs)
+    later = dyn.next(root, torch.zeros(5, 2))
+    stacked = GeodesicState(torch.stack([root.z, later.z]), torch.stack([root.p, later.p]))
+    reg = dyn.regularisers(stacked, None)["radius"]
+    want = 0.3 * (2 * torch.atanh(root.z.norm(dim=-1))).square().mean()
+    torch.testing.assert_close(reg, want)
+    reg.backward()
+    assert dyn.encoder[0].weight.grad.abs().sum() > 0
+
+
 def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
     dyn = small()
     state = dyn.encode(100 * torch.randn(64, 6))  # huge observations: still inside
