@@ -127,8 +127,7 @@ def build(
 def count(model: WorldModel) -> int:
     """Parameters that take part in prediction: encoder, dynamics, decoder."""
     groups = model.model_parameter_groups()
-    decoder = model._decoder.parameters() if model._decoder is not None else ()
-    used = [*groups["encoder"], *groups["dynamics"], *decoder]
+    used = [*groups["encoder"], *groups["dynamics"], *model.decoder_parameters()]
     return sum(p.numel() for p in used)
 
 

@@ -55,7 +55,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import geoopt
 import torch
 from torch import Tensor, nn
 
@@ -67,7 +66,7 @@ from world_model.attention.covariant import (
     CovariantQueries,
     PreparedContext,
 )
-from world_model.memory.prototypes import PrototypeConfig, PrototypePool
+from world_model.memory.prototypes import PrototypeConfig, PrototypePool, ball_points_parameter
 from world_model.memory.window import TrajectoryWindow, position_features, state_features
 from world_model.model import ACTIVATIONS, Dynamics, DynamicsConfig, LatentState, mlp
 from world_model.registry import register_dynamics
@@ -395,10 +394,9 @@ class GeodesicCrossAttention(nn.Module):
         self.confinement_raw = nn.Parameter(torch.tensor(math.sqrt(cfg.confinement)))
         if cfg.potential_wells > 0:  # Phi_w: flat at the start (depths 0)
             k = cfg.potential_wells
-            centres = poincare.project(
-                poincare.expmap0(cfg.prototype_init_scale * torch.randn(k, d)), cfg.max_norm
-            )
-            self.well_centres = geoopt.ManifoldParameter(centres, manifold=geoopt.PoincareBall())
+            self.well_centres = ball_points_parameter(
+                k, d, cfg.prototype_init_scale, cfg.max_norm
+            )  # [K, d], spread like the prototypes
             self.well_depths = nn.Parameter(torch.zeros(k))
             self.well_widths_raw = nn.Parameter(torch.full((k,), math.log(cfg.well_width)))
         self.friction_raw = nn.Parameter(torch.tensor(float(cfg.friction)))

@@ -519,11 +519,14 @@ class WorldModel(nn.Module):
     def policy_parameters(self) -> list[nn.Parameter]:
         return list(self._pi.parameters())
 
+    def decoder_parameters(self) -> list[nn.Parameter]:
+        """The learned decoder's parameters (none when the dynamics decodes exactly)."""
+        return [] if self._decoder is None else list(self._decoder.parameters())
+
     def model_parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters trained by the world-model loss: the dynamics' groups plus the heads."""
         groups = self.dynamics.parameter_groups()
-        decoder = self._decoder.parameters() if self._decoder is not None else ()
-        heads = [*self._reward.parameters(), *self._q.parameters(), *decoder]
+        heads = [*self._reward.parameters(), *self._q.parameters(), *self.decoder_parameters()]
         return {
             "encoder": list(groups.get("encoder", [])),
             "dynamics": list(groups.get("dynamics", [])),

@@ -22,7 +22,18 @@ from torch import Tensor, nn
 from geometry import poincare
 from world_model.attention.context import MACRO_LEVEL, ContextBank
 
-__all__ = ["PrototypeConfig", "PrototypePool"]
+__all__ = ["PrototypeConfig", "PrototypePool", "ball_points_parameter"]
+
+
+def ball_points_parameter(
+    count: int, dim: int, init_scale: float, max_norm: float
+) -> geoopt.ManifoldParameter:
+    """`count` learned points in the d-ball [count, dim], initialised at exp_0 of Gaussian tangent
+    vectors of std `init_scale` (projected to |c| <= max_norm), for Riemannian Adam. The
+    PoincareBall is held by the parameter, not registered: its curvature is fixed (c = 1), so it
+    must not appear among the owning module's parameters."""
+    init = poincare.project(poincare.expmap0(init_scale * torch.randn(count, dim)), max_norm)
+    return geoopt.ManifoldParameter(init, manifold=geoopt.PoincareBall(c=1.0))
 
 
 @dataclass
@@ -55,12 +66,7 @@ class PrototypePool(nn.Module):
         super().__init__()
         cfg = config or PrototypeConfig()
         self.config = cfg
-        ball = geoopt.PoincareBall(c=1.0)  # held by the parameter, not registered: its curvature
-        # is fixed (c = 1), so it must not appear among the module's parameters
-        init = poincare.project(
-            poincare.expmap0(cfg.init_scale * torch.randn(cfg.count, dim)), max_norm
-        )
-        self.positions = geoopt.ManifoldParameter(init, manifold=ball)  # [M, d]
+        self.positions = ball_points_parameter(cfg.count, dim, cfg.init_scale, max_norm)  # [M, d]
         scale = cfg.feature_dim**-0.5
         self.force_keys = nn.Parameter(torch.randn(cfg.count, cfg.feature_dim))  # [M, F]
         self.force_values = nn.Parameter(scale * torch.randn(cfg.count, cfg.feature_dim))  # [M, F]
