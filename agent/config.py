@@ -119,7 +119,7 @@ class AgentConfig:
     51 ms, and learned as fast on Pendulum-v1)"""
     pretrain_updates: int | None = None
     """extra updates when the seed steps end; None: as many as there were seed steps (TD-MPC2).
-    Measured on Pendulum-v1 (seed 1): -83 at 2.5k steps with them, -396 without"""
+    Measured on Pendulum-v1 (seed 1, lr 3e-4): -83 at 2.5k steps with them, -396 without"""
     lr: float = 1e-3
     """learning rate of the world model (RiemannianAdam) and the policy (Adam). TD-MPC2 uses
     3e-4 for millions of steps; at this project's few thousand, 1e-3 learned faster for both
@@ -130,8 +130,8 @@ class AgentConfig:
     """the encoder's learning rate relative to lr"""
     dynamics_lr_scale: float = 1.0
     """the latent dynamics' learning rate relative to lr (the disk benchmark trains the geodesic
-    model best at a higher rate than a GRU; on Pendulum-v1, 3.0 was tried on the geodesic agent:
-    -472 at 2.5k steps on seed 2 against -410 at 1.0, not adopted)"""
+    model best at a higher rate than a GRU; on Pendulum-v1, 3.0 was tried on the geodesic agent
+    at lr 3e-4: -472 at 2.5k steps on seed 2 against -410 at 1.0, not adopted)"""
     grad_clip: float = 20.0
     """gradient-norm clip of each optimiser"""
     q_tau: float = 0.01
