@@ -14,6 +14,13 @@ and generator, so the run trains exactly as `python -m agent.train` trains it. S
 torch threads setting, so wall times are measured side by side. Training time excludes
 evaluation, checkpoints and diagnostics.
 
+A second table pairs every method with a reference (`--reference`, default gru) seed by seed:
+both trained on the same seed and evaluated on the same episodes, so the per-seed difference of
+mean returns removes what the seeds share. It reports on how many seeds the method did better,
+the mean and median difference, and a bootstrap 95% interval of the mean difference (an
+interval holding 0: these seeds do not tell the two apart). A few seeds' means are dominated by
+one bad seed; the wins and the median say whether that is one seed or all of them.
+
 OUT (default runs/compare__{env}__{time}) receives results.json (every number of the table, per
 seed and per episode, rewritten after every evaluation), learning_curves.png (mean +- std over
 seeds against env steps) and runs/{env}__{method}__{seed}__{time}/, one TensorBoard run per
@@ -33,7 +40,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,6 +63,8 @@ __all__ = [
     "PointResult",
     "MethodRun",
     "SummaryRow",
+    "PairedRow",
+    "paired_differences",
     "Comparison",
     "default_points",
     "run_comparison",
@@ -110,6 +119,9 @@ class CompareConfig:
     """deterministic evaluation episodes at each point"""
     overrides: dict[str, Any] = field(default_factory=dict)
     """RunConfig overrides by section (a --config file); [dynamics.NAME] for one world model"""
+    reference: str | None = None
+    """the method every other one is compared with seed by seed (the paired table); None: gru
+    when it is compared, else the first method"""
     train: TrainConfig = field(init=False, repr=False)
     """the [train] section every method shares (env, episode limit, eval seed, threads)"""
 
@@ -136,6 +148,13 @@ class CompareConfig:
                 get_dynamics(name)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
+        if self.reference is None:
+            self.reference = "gru" if "gru" in self.world_models else self.methods[0]
+        elif self.reference not in self.methods:
+            raise ConfigError(
+                f"--reference {self.reference!r} is not compared here; "
+                f"choose one of: {', '.join(self.methods)}"
+            )
         if not isinstance(self.overrides, dict):
             raise ConfigError("--config must hold a table of sections")
         if not isinstance(self.overrides.get("train", {}), dict):
@@ -190,6 +209,7 @@ class CompareConfig:
             "steps": self.steps,
             "points": list(self.points),
             "methods": self.methods,
+            "reference": self.reference,
             "episodes": self.episodes,
             "eval_seeds": [self.train.eval_seed + k for k in range(self.episodes)],
             "overrides": self.overrides,
@@ -269,6 +289,47 @@ class SummaryRow:
     update_ms: float | None
 
 
+@dataclass(frozen=True)
+class PairedRow:
+    """One method against the reference at one point, seed by seed: both trained on the same
+    seed and evaluated on the same episodes, so their difference is paired. Every difference is
+    method minus reference (of each seed's mean return): positive means the method did better."""
+
+    method: str
+    reference: str
+    step: int
+    seeds: int
+    """seeds that both methods reached this point with"""
+    wins: int
+    """seeds on which the method's mean return is higher than the reference's"""
+    mean_diff: float
+    median_diff: float
+    ci_low: float | None
+    """percentile-bootstrap 95% interval of the mean difference over seeds (None with one
+    seed): an interval that holds 0 says these seeds do not tell the two methods apart"""
+    ci_high: float | None
+
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def paired_differences(
+    differences: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> tuple[float, float, float | None, float | None]:
+    """Per-seed differences [n] -> (mean, median, 95% CI low, high): the percentile bootstrap of
+    the mean (resampling seeds with replacement, a fixed generator so a table is reproducible);
+    no interval for n = 1."""
+    d = np.asarray(differences, dtype=float)  # [n]
+    if d.size == 0:
+        raise ValueError("paired_differences needs at least one difference")
+    mean, median = float(d.mean()), float(np.median(d))
+    if d.size < 2:
+        return mean, median, None, None
+    draws = np.random.default_rng(seed).integers(0, d.size, size=(resamples, d.size))
+    low, high = np.percentile(d[draws].mean(axis=1), [2.5, 97.5])  # [resamples] -> 2
+    return mean, median, float(low), float(high)
+
+
 def _mean_or_none(values: list[float | None]) -> float | None:
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
@@ -326,6 +387,40 @@ class Comparison:
                 )
         return rows
 
+    def paired(self) -> list[PairedRow]:
+        """Every other method against the reference, at every point, over the seeds both
+        reached it with."""
+        reference = self.config.reference
+        rows = []
+        for method in self.config.methods:
+            if method == reference:
+                continue
+            for step in self.config.points:
+                theirs = {seed: point.mean for seed, point in self.points_of(reference, step)}
+                pairs = [
+                    (point.mean, theirs[seed])
+                    for seed, point in self.points_of(method, step)
+                    if seed in theirs
+                ]
+                if not pairs:
+                    continue
+                diffs = [mine - ref for mine, ref in pairs]
+                mean, median, low, high = paired_differences(diffs)
+                rows.append(
+                    PairedRow(
+                        method=method,
+                        reference=str(reference),
+                        step=step,
+                        seeds=len(diffs),
+                        wins=sum(d > 0 for d in diffs),
+                        mean_diff=mean,
+                        median_diff=median,
+                        ci_low=low,
+                        ci_high=high,
+                    )
+                )
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         summary = [
             {**asdict(row), "per_seed": {str(s): m for s, m in row.per_seed.items()}}
@@ -340,6 +435,7 @@ class Comparison:
             "status": self.status,
             **self.config.to_dict(),
             "summary": summary,
+            "paired": [asdict(row) for row in self.paired()],
             "runs": runs,
             "meta": self.meta,
         }
@@ -627,13 +723,43 @@ def format_table(comparison: Comparison) -> str:
     ]
     if not rows:
         return f"{header}\n(no evaluation finished)"
+    return "\n".join([header, "", *_markdown(columns, rows), *_paired_table(comparison)])
+
+
+def _markdown(columns: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
 
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
     rule = "| " + " | ".join("-" * w for w in widths) + " |"
-    return "\n".join([header, "", line(columns), rule, *map(line, rows)])
+    return [line(columns), rule, *map(line, rows)]
+
+
+def _paired_table(comparison: Comparison) -> list[str]:
+    """The paired table's lines (none when nothing can be paired)."""
+    paired = comparison.paired()
+    if not paired:
+        return []
+    reference = comparison.config.reference
+    header = (
+        f"Paired by seed against {reference} (same seeds, same evaluation episodes): "
+        f"difference = method - {reference} of each seed's mean return, > 0 is better; "
+        "95% CI: bootstrap over seeds of the mean difference"
+    )
+    columns = ["method", "env steps", "better on", "mean diff", "median diff", "95% CI"]
+    rows = [
+        [
+            row.method,
+            str(row.step),
+            f"{row.wins}/{row.seeds} seeds",
+            f"{row.mean_diff:+.1f}",
+            f"{row.median_diff:+.1f}",
+            "—" if row.ci_low is None else f"[{row.ci_low:+.1f}, {row.ci_high:+.1f}]",
+        ]
+        for row in paired
+    ]
+    return ["", header, "", *_markdown(columns, rows)]
 
 
 def plot_learning_curves(comparison: Comparison) -> Path | None:
@@ -738,6 +864,13 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
         help="deterministic evaluation episodes at each point (default: 10)",
     )
     parser.add_argument(
+        "--reference",
+        default=None,
+        metavar="METHOD",
+        help="the method every other one is compared with seed by seed in the paired table "
+        "(default: gru when compared, else the first method)",
+    )
+    parser.add_argument(
         "--out",
         default=None,
         metavar="DIR",
@@ -771,6 +904,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         sac=args.sac,
         episodes=args.episodes,
         overrides=overrides,
+        reference=args.reference,
     )
 
 

@@ -118,7 +118,17 @@ def test_geodesic_gru_and_sac_side_by_side(tmp_path):
         elif sac_s > 0:
             assert row["ratio_to_sac"] == pytest.approx(point["train_s"] / sac_s)
 
+    # paired with the GRU seed by seed: one seed, so a difference and no interval
+    assert results["reference"] == "gru"
+    paired = {(row["method"], row["step"]): row for row in results["paired"]}
+    assert set(paired) == {(m, s) for m in ("geodesic", "sac") for s in (100, 150)}
+    for (method, step), row in paired.items():
+        diff = summary[(method, step)]["mean"] - summary[("gru", step)]["mean"]
+        assert row["seeds"] == 1 and row["wins"] == int(diff > 0)
+        assert row["mean_diff"] == pytest.approx(diff) and row["ci_low"] is None
+
     table = done.stdout
+    assert "Paired by seed against gru" in table
     for method in ("geodesic", "gru", "sac"):
         row = summary[(method, 150)]
         assert f"| {method}" in table and f"{row['mean']:.1f} ± 0.0" in table
@@ -252,6 +262,7 @@ def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["--config", str(broken)], "is not valid"),
         (["--config", str(shared_gru_key)], "world model 'geodesic': unknown key 'input_dim'"),
         (["--out", str(taken)], "already holds a comparison"),
+        (["--no-sac", "--reference", "sac"], "--reference 'sac' is not compared here"),
     ]
 
 
@@ -287,3 +298,69 @@ def test_results_hold_no_non_finite_numbers_for_sac_only_columns(tmp_path):
     (row,) = data["summary"]
     assert row["ratio_to_sac"] is None and row["mean"] == -6.0 and math.isfinite(row["train_s"])
     assert "| gru    | 10        | -6.0 ± 0.0 |" in compare.format_table(comparison)
+
+
+def _comparison_with(tmp_path, means: dict[str, dict[int, float]], **config) -> compare.Comparison:
+    """A Comparison holding one evaluation at step 10 per (method, seed), two episodes each,
+    whose mean is the given one."""
+    cfg = compare.CompareConfig(steps=10, seeds=max(max(m) for m in means.values()), **config)
+    comparison = compare.Comparison(cfg, tmp_path)
+    for method, per_seed in means.items():
+        for seed, mean in per_seed.items():
+            run = compare.MethodRun(method, seed, str(tmp_path))
+            run.points.append(compare.PointResult(10, [mean - 1, mean + 1], 1, 1, 0.1, 2, 3, 4))
+            comparison.runs.append(run)
+    return comparison
+
+
+def test_paired_table_pairs_each_method_with_the_gru_on_the_seeds_both_finished(tmp_path):
+    geodesic = {1: -120.0, 2: -300.0, 3: -110.0, 4: -115.0}
+    gru = {1: -150.0, 2: -140.0, 3: -112.0}  # seed 4 unfinished: not paired
+    sac = {1: -700.0, 2: -600.0, 3: -650.0, 4: -500.0}
+    comparison = _comparison_with(tmp_path, {"geodesic": geodesic, "gru": gru, "sac": sac})
+    assert comparison.config.reference == "gru"
+    rows = {row.method: row for row in comparison.paired()}
+    assert set(rows) == {"geodesic", "sac"}
+    for method, per_seed in (("geodesic", geodesic), ("sac", sac)):
+        d = np.array([per_seed[s] - gru[s] for s in (1, 2, 3)])  # independent of the code
+        row = rows[method]
+        assert (row.reference, row.step, row.seeds) == ("gru", 10, 3)
+        assert row.wins == int((d > 0).sum())
+        assert row.mean_diff == pytest.approx(d.mean())
+        assert row.median_diff == pytest.approx(np.median(d))
+        assert d.min() <= row.ci_low <= row.mean_diff <= row.ci_high <= d.max()
+    # geodesic: better on 2 of 3 seeds, worse on the mean because of one seed
+    assert rows["geodesic"].wins == 2 and rows["geodesic"].mean_diff < 0
+    assert rows["geodesic"].median_diff == pytest.approx(2.0)
+
+    data = json.loads(comparison.save().read_text())
+    assert [r["method"] for r in data["paired"]] == ["geodesic", "sac"]
+    assert data["paired"][0]["wins"] == 2 and data["reference"] == "gru"
+    table = compare.format_table(comparison)
+    assert "Paired by seed against gru" in table
+    assert "| geodesic | 10        | 2/3 seeds |" in table
+
+
+def test_bootstrap_interval_agrees_with_normal_theory():
+    """For many seeds the percentile bootstrap of a mean approaches mean +- 1.96 s / sqrt(n)."""
+    d = np.random.default_rng(7).normal(1.0, 2.0, size=400)
+    mean, median, low, high = compare.paired_differences(d)
+    assert mean == pytest.approx(d.mean()) and median == pytest.approx(np.median(d))
+    half = 1.96 * d.std(ddof=1) / np.sqrt(d.size)
+    assert (high - low) / 2 == pytest.approx(half, rel=0.08)
+    assert (low + high) / 2 == pytest.approx(mean, abs=0.1 * half)
+    # no spread, no interval width; one seed, no interval
+    assert compare.paired_differences([3.0, 3.0, 3.0])[2:] == (3.0, 3.0)
+    assert compare.paired_differences([3.0])[2:] == (None, None)
+    # reproducible: a table printed twice is the same table
+    assert compare.paired_differences(d[:5]) == compare.paired_differences(d[:5])
+
+
+def test_reference_defaults_to_the_gru_and_must_be_compared():
+    assert compare.CompareConfig(world_models=("geodesic",), steps=10).reference == "geodesic"
+    assert compare.CompareConfig(world_models=("geodesic",), sac=False, steps=10).reference == (
+        "geodesic"
+    )
+    assert compare.CompareConfig(steps=10, reference="sac").reference == "sac"
+    with pytest.raises(ConfigError, match="--reference 'sac' is not compared here"):
+        compare.CompareConfig(world_models=("gru",), sac=False, steps=10, reference="sac")
