@@ -390,26 +390,28 @@ class Comparison:
     def paired(self) -> list[PairedRow]:
         """Every other method against the reference, at every point, over the seeds both
         reached it with."""
-        reference = self.config.reference
+        reference = str(self.config.reference)
+        theirs = {  # step -> {seed: the reference's mean return}
+            step: {seed: point.mean for seed, point in self.points_of(reference, step)}
+            for step in self.config.points
+        }
         rows = []
         for method in self.config.methods:
             if method == reference:
                 continue
             for step in self.config.points:
-                theirs = {seed: point.mean for seed, point in self.points_of(reference, step)}
-                pairs = [
-                    (point.mean, theirs[seed])
+                diffs = [
+                    point.mean - theirs[step][seed]
                     for seed, point in self.points_of(method, step)
-                    if seed in theirs
+                    if seed in theirs[step]
                 ]
-                if not pairs:
+                if not diffs:
                     continue
-                diffs = [mine - ref for mine, ref in pairs]
                 mean, median, low, high = paired_differences(diffs)
                 rows.append(
                     PairedRow(
                         method=method,
-                        reference=str(reference),
+                        reference=reference,
                         step=step,
                         seeds=len(diffs),
                         wins=sum(d > 0 for d in diffs),
