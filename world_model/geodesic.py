@@ -221,9 +221,12 @@ class GeodesicConfig(DynamicsConfig):
     (z += t G^-1 p at fixed p: the seed listing's step, which drops the geodesic term; an
     ablation, shown wrong by the tests)"""
     friction: float = 0.1
-    """initial OU friction gamma (learned; zero is reachable exactly)"""
+    """initial OU friction gamma (learned; zero is reachable exactly). On Pendulum-v1, a
+    frictionless system, it reaches 0 within the pretraining updates (seeds 1-3) and stays there,
+    so the O step becomes the identity and the learned dynamics is Hamiltonian plus control"""
     thermostat_temperature: float = 1e-3
-    """T_c of the OU step (fixed); noise only in training rollouts"""
+    """T_c of the OU step (fixed); noise only in training rollouts, and none once the learned
+    friction is 0 (c2 = sqrt((1 - c1^2) T_c))"""
     learned_thermostat: bool = False
     """add the optional learned thermostat head (residual from a fresh noise bank)"""
     confinement: float = 0.1
