@@ -4,7 +4,7 @@ the confinement radius of Prop 100 / Prop 104, and the soft-mask width of Prop 1
 Prop 100 derives r_conf = sqrt(2 / sigma) assuming A = d_G^2 / 2; the implemented proxy is
 A = lambda(z)^2 |z - z'|^2 / 2 with lambda at the query only, equal to d_G^2 / 2 only to first
 order. These tests measure where the two part, and assert what is measured, not the seed's
-numbers (recorded in the docstrings and docs/seed_map.md (covariant-head section)).
+numbers (recorded in the docstrings and the covariant-head section of docs/seed_map.md).
 """
 
 from __future__ import annotations

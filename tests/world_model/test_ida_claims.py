@@ -1,7 +1,7 @@
 """The claims of seed 000 (Riemann GeoResolver) about inverse-distance attention, measured.
 
 Each test asserts what is true and records the seed's number in its docstring; the measured
-tables are in docs/seed_map.md (inverse-distance section) (``pytest -s`` prints them again).
+tables are in the inverse-distance section of docs/seed_map.md (``pytest -s`` prints them again).
 
 | claim | seed says | measured |
 | --- | --- | --- |

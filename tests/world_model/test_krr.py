@@ -5,7 +5,7 @@ pivoted-Cholesky Nystrom, Tyler / CCCP), their cache, the Cholesky fallback on b
 masks, XSA, the multi-head module and the worked example of §9.
 
 Where the seed is wrong the tests assert what is true; the seed's numbers are in the comments
-and in docs/seed_map.md (XAKER section)."""
+and in the XAKER section of docs/seed_map.md."""
 
 from __future__ import annotations
 

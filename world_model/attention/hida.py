@@ -21,7 +21,7 @@ arrive while the anchors are fixed; C keeps its summaries as state (:meth:`CHIDA
 it has seen.
 
 Departures from the seed (each measured in tests/world_model/test_ida_claims.py and listed in
-docs/seed_map.md (inverse-distance section)):
+the inverse-distance section of docs/seed_map.md):
 
 - L (Def 5.3) sums the values over keys, v~_k = sum_i W~_ik v_i, and averages them with
   query-anchor weights that ignore how many keys each anchor holds, so its output grows with
