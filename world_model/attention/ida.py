@@ -8,7 +8,7 @@ call shape of ``world_model/attention/base.py``:
     out, weights = inverse_distance_attention(q, k, v, eps, metric, mask=None)
 
 How the all-pairs distance is computed (``form``; measured by ``benchmarks/hida_scaling.py``,
-the numbers are in docs/seed_map.md, inverse-distance section):
+the numbers are in the inverse-distance section of docs/seed_map.md):
 
 - ``"expanded"`` (default, every metric): |x|^2 + |y|^2 - 2 x.y as one matrix product of
   augmented coordinates, accumulated in float64 whatever the input dtype, rounded once to the
