@@ -36,10 +36,12 @@ def run_episodes(
     episodes: int,
     seed: int,
     on_frame: Callable[[int, np.ndarray], None] | None = None,
+    on_step: Callable[[int, np.ndarray, np.ndarray, float, np.ndarray], None] | None = None,
 ) -> np.ndarray:
     """Returns [episodes] of deterministic episodes reset with seeds seed + k, planned with a
     fresh planner and a generator seeded by `seed` (the agent's own streams are untouched).
-    `on_frame(k, frame)` receives env.render() after every reset and step."""
+    `on_frame(k, frame)` receives env.render() after every reset and step;
+    `on_step(k, obs, action, reward, next_obs)` every transition of episode k."""
     planner = Planner(agent.config.planner, agent.action_dim, agent.discount)
     generator = torch.Generator(device=agent.device).manual_seed(seed)
     returns = np.zeros(episodes)
@@ -51,7 +53,10 @@ def run_episodes(
         done = False
         while not done:
             action = agent.act(obs, explore=False, planner=planner, generator=generator)
-            obs, reward, terminated, truncated, _ = env.step(action)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            if on_step is not None:
+                on_step(k, obs, action, float(reward), next_obs)
+            obs = next_obs
             returns[k] += float(reward)
             done = bool(terminated or truncated)
             if on_frame is not None:

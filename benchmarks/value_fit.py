@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.agent import Agent  # noqa: E402
 from agent.diagnose import load_run  # noqa: E402
-from agent.planner import Planner  # noqa: E402
+from agent.evaluate import run_episodes  # noqa: E402
 
 Trajectory = tuple[np.ndarray, np.ndarray, np.ndarray]  # obs [T+1, O], actions [T, A], rewards [T]
 
@@ -51,25 +51,21 @@ def discounted_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
 
 
 def play(agent: Agent, episodes: int) -> list[Trajectory]:
-    """Deterministic episodes on the run's evaluation seeds (as agent.evaluate plays them)."""
-    seed = agent.config.train.eval_seed
-    planner = Planner(agent.config.planner, agent.action_dim, agent.discount)
-    generator = torch.Generator(device=agent.device).manual_seed(seed)
+    """The run's deterministic evaluation episodes (agent.evaluate.run_episodes), recorded."""
+    steps: list[list[tuple]] = [[] for _ in range(episodes)]
+    run_episodes(
+        agent,
+        agent.env,
+        episodes,
+        agent.config.train.eval_seed,
+        on_step=lambda k, *transition: steps[k].append(transition),
+    )
     trajectories = []
-    for k in range(episodes):
-        obs, _ = agent.env.reset(seed=seed + k)
-        planner.reset()
-        observations, actions, rewards, done = [obs], [], [], False
-        while not done:
-            action = agent.act(obs, explore=False, planner=planner, generator=generator)
-            obs, reward, terminated, truncated, _ = agent.env.step(action)
-            observations.append(obs)
-            actions.append(action)
-            rewards.append(reward)
-            done = bool(terminated or truncated)
+    for episode in steps:
+        obs, actions, rewards, next_obs = zip(*episode, strict=True)
         trajectories.append(
             (
-                np.asarray(observations, np.float32),
+                np.asarray([obs[0], *next_obs], np.float32),
                 np.asarray(actions, np.float32),
                 np.asarray(rewards, np.float32),
             )

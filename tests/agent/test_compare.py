@@ -168,6 +168,21 @@ def test_a_compared_run_trains_as_agent_train_and_evaluates_as_agent_evaluate(tm
     expected = run_episodes(agent, make_run_env(agent.config, seed=None), 2, 10_000)
     assert run["points"][-1]["returns"] == expected.tolist()
 
+    # on_step sees every transition of the same episodes, and watching them changes nothing
+    steps = [[], []]
+    watched = run_episodes(
+        agent,
+        make_run_env(agent.config, seed=None),
+        2,
+        10_000,
+        on_step=lambda k, *transition: steps[k].append(transition),
+    )
+    assert watched.tolist() == expected.tolist()
+    for episode, total in zip(steps, expected, strict=True):
+        assert np.isclose(sum(reward for _, _, reward, _ in episode), total)
+        for (_, _, _, next_obs), (obs, _, _, _) in zip(episode, episode[1:], strict=False):
+            assert np.array_equal(next_obs, obs)
+
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_every_finished_evaluation(tmp_path):
