@@ -24,7 +24,6 @@ import geoopt
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 
 from agent.buffer import ReplayBuffer
 from agent.checkpoint import (
@@ -36,6 +35,7 @@ from agent.checkpoint import (
 from agent.config import ConfigError, RunConfig
 from agent.planner import Planner
 from envs import env_info, make_env
+from envs.scaling import SpaceScaling, scale_spaces
 from world_model.model import Transition, WorldModel
 from world_model.registry import build_dynamics
 from world_model.training import (
@@ -48,12 +48,17 @@ from world_model.training import (
 __all__ = ["Agent", "resolve_device", "make_run_env"]
 
 
-def make_run_env(config: RunConfig, seed: int | None, render_mode: str | None = None) -> gym.Env:
-    """The run's env: envs.make_env with the run's id and episode limit."""
+def make_run_env(
+    config: RunConfig, seed: int | None, render_mode: str | None = None, *, scaled: bool = True
+) -> gym.Env:
+    """The run's env: envs.make_env with the run's id and episode limit, seen through
+    envs.scaling.scale_spaces (actions in [-1, 1], fixed observation scaling) unless
+    `scaled` is False (the task's own units, as predict takes them)."""
     tc = config.train
-    return make_env(
+    env = make_env(
         tc.env_id, seed=seed, render_mode=render_mode, max_episode_steps=tc.max_episode_steps
     )
+    return scale_spaces(env, seed) if scaled else env
 
 
 def resolve_device(name: str) -> torch.device:
@@ -89,7 +94,12 @@ def _eval_mode(module: torch.nn.Module) -> Iterator[None]:
 
 
 class Agent:
-    """TD-MPC2-style model-based agent over any registered latent dynamics."""
+    """TD-MPC2-style model-based agent over any registered latent dynamics.
+
+    `env` is in the task's own units (envs.make_env or gymnasium.make); the agent steps it
+    through envs.scaling.scale_spaces (`self.env`) and plans in [-1, 1]. `predict` takes and
+    returns the env's own units (`self.spaces`), as stable-baselines3 models do; `act` and
+    `observe` work in the agent's scaled units."""
 
     def __init__(
         self,
@@ -106,11 +116,14 @@ class Agent:
         elif env is not None and env.spec is not None and env.spec.id != config.train.env_id:
             config = RunConfig.from_dict({"train": {"env_id": env.spec.id}}, base=config)
         if env is None:
-            env = make_run_env(config, seed=config.train.seed)
+            env = make_run_env(config, seed=config.train.seed, scaled=False)
         self.config = config
-        self.env = env
-        _check_spaces(env)
-        info = env_info(env)
+        try:
+            self.spaces = SpaceScaling.from_env(env)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        self.env = scale_spaces(env, config.train.seed)
+        info = env_info(self.env)
         self.obs_dim, self.action_dim = info.obs_dim, info.action_dim
         self.max_episode_steps = info.max_episode_steps
         tc, ac = config.train, config.agent
@@ -189,18 +202,21 @@ class Agent:
         episode_start: Any = None,
         deterministic: bool = True,
     ) -> tuple[np.ndarray, None]:
-        """SB3's predict: observation [O] or [N, O] -> (action [A] or [N, A], None).
+        """SB3's predict: observation [O] or [N, O] -> (action [A] or [N, A], None), both in
+        the units of the env the agent was trained on (`self.spaces`: observations as the env
+        emits them, actions within its action bounds), as stable-baselines3 models do.
 
         Each of the N environments keeps its own warm start, reset where episode_start is
         True; deterministic=False adds the planner's exploration noise."""
-        obs = np.asarray(observation, dtype=np.float32)
-        single = obs.ndim == 1
-        obs = obs.reshape(1, -1) if single else obs
-        if obs.ndim != 2 or obs.shape[1] != self.obs_dim:
+        raw = np.asarray(observation, dtype=np.float64)
+        single = raw.ndim == 1
+        raw = raw.reshape(1, -1) if single else raw
+        if raw.ndim != 2 or raw.shape[1] != self.obs_dim:
             raise ValueError(
-                f"predict: expected observations of size {self.obs_dim}, got shape "
-                f"{np.shape(observation)}"
+                f"predict: expected observations of shape [{self.obs_dim}] or [N, "
+                f"{self.obs_dim}] (the trained env's), got shape {np.shape(observation)}"
             )
+        obs = self.spaces.observation(raw)
         n = obs.shape[0]
         if len(self._predict_planners) != n:
             self._predict_planners = [
@@ -214,7 +230,24 @@ class Agent:
             actions[i] = self.act(
                 obs[i], explore=not deterministic, planner=self._predict_planners[i]
             )
+        actions = self.spaces.action(actions)
         return (actions[0] if single else actions), None
+
+    def check_env(self, env: gym.Env) -> None:
+        """Raise ConfigError (one line) unless `env`'s spaces are the ones the agent was
+        trained on (in the env's own units, as predict expects them)."""
+        trained = self.spaces.bounds()
+        try:
+            given = SpaceScaling.from_env(env).bounds()
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        for name in ("observation", "action"):
+            if given[name] != trained[name]:
+                raise ConfigError(
+                    f"the env's {name} space {getattr(env, name + '_space')} differs from the "
+                    f"one this agent was trained on (low {trained[name][0]}, high "
+                    f"{trained[name][1]}); pass the task's own env (envs.make_env or gym.make)"
+                )
 
     # ------------------------------------------------------------------ learning
     def observe(
@@ -298,6 +331,7 @@ class Agent:
             "scale": self.scale.state_dict(),
             "planner": self.planner.state_dict(),
             "generator": self.generator.get_state(),
+            "spaces": self.spaces.bounds(),
             "counters": {
                 "num_timesteps": self.num_timesteps,
                 "num_updates": self.num_updates,
@@ -309,6 +343,11 @@ class Agent:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "spaces" in state and state["spaces"] != self.spaces.bounds():
+            raise ValueError(
+                f"the env's spaces {self.spaces.bounds()} differ from the trained ones "
+                f"{state['spaces']}"
+            )
         self.model.load_state_dict(state["model"])
         self.optim.load_state_dict(state["optim"])
         # torch's Optimizer.load_state_dict turns every "step" into a float32 tensor; geoopt keeps
@@ -351,9 +390,19 @@ class Agent:
                 config = RunConfig.from_dict(overrides, base=config)
         except ConfigError as err:
             raise CheckpointError(f"checkpoint {str(path)!r}: invalid config: {err}") from None
+        given_env = env is not None
         if env is None:
-            env = make_run_env(config, seed=None)
+            env = make_run_env(config, seed=None, scaled=False)
         agent = cls(env, config, device=device)
+        if given_env and "spaces" in state["agent"]:
+            trained = state["agent"]["spaces"]
+            for name in ("observation", "action"):
+                if agent.spaces.bounds()[name] != trained[name]:
+                    raise ConfigError(
+                        f"checkpoint {str(path)!r} was trained on {name} bounds low "
+                        f"{trained[name][0]}, high {trained[name][1]}; the env given has "
+                        f"{getattr(env, name + '_space')} (pass the task's own env)"
+                    )
         try:
             agent.load_state_dict(state["agent"])
         except (KeyError, RuntimeError, ValueError, TypeError) as err:
@@ -362,19 +411,3 @@ class Agent:
                 f"checkpoint {str(path)!r} does not match this agent ({detail[:160]})"
             ) from None
         return agent
-
-
-def _check_spaces(env: gym.Env) -> None:
-    if not isinstance(env.action_space, spaces.Box) or len(env.action_space.shape) != 1:
-        raise ConfigError(
-            f"the agent needs a 1-D continuous (Box) action space, got {env.action_space}"
-        )
-    if not isinstance(env.observation_space, spaces.Box) or len(env.observation_space.shape) != 1:
-        raise ConfigError(
-            f"the agent needs a 1-D Box observation space, got {env.observation_space}"
-        )
-    low, high = env.action_space.low, env.action_space.high
-    if not (np.allclose(low, -1) and np.allclose(high, 1)):
-        raise ConfigError(
-            "the agent acts in [-1, 1]: wrap the env with RescaleAction (envs.make_env does)"
-        )

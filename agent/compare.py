@@ -54,6 +54,7 @@ from agent.config import ConfigError, RunConfig, TrainConfig, load_config_file
 from agent.loop import Trainer
 from agent.train import run_metadata
 from envs import EnvError, make_env
+from envs.scaling import scale_spaces
 from world_model.registry import dynamics_names, get_dynamics
 
 __all__ = [
@@ -568,8 +569,10 @@ def train_sac(
     tc = config.train
     if tc.single_thread:
         torch.set_num_threads(1)
-    env = make_env(tc.env_id, seed=seed, max_episode_steps=tc.max_episode_steps)
-    eval_env = make_env(tc.env_id, max_episode_steps=tc.max_episode_steps)
+    # the agents' own view (actions in [-1, 1], fixed observation scaling), so that SAC sees
+    # exactly the inputs the world models see
+    env = scale_spaces(make_env(tc.env_id, seed=seed, max_episode_steps=tc.max_episode_steps), seed)
+    eval_env = scale_spaces(make_env(tc.env_id, max_episode_steps=tc.max_episode_steps))
     model = SoftActorCritic("MlpPolicy", env, seed=seed, verbose=0)
     model.set_logger(configure(str(run_dir), ["tensorboard"]))
     train_s = train_cpu_s = 0.0

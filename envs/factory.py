@@ -1,22 +1,16 @@
-"""`make_env`: one call from an environment id to a gymnasium env ready for a model-based agent.
+"""`make_env`: one call from an environment id to a checked, seeded gymnasium env.
 
 Wrapper stack, inside out:
 
 1. ``gymnasium.make`` (the registration's ``TimeLimit``; ``max_episode_steps`` overrides it).
 2. ``SeedFirstReset``: the first ``reset()`` without a seed uses ``make_env``'s seed, so the same
    seed gives the same first observation and, under the same actions, the same trajectory.
-3. ``RescaleAction`` onto [-1, 1] in every coordinate.
-4. ``BoundsAffineObservation``: a *fixed* affine map of every observation coordinate whose
-   declared bounds are finite onto [-1, 1] (Pendulum's angular velocity / 8, MountainCar's
-   position and velocity); unbounded coordinates pass through unchanged; float32 out.
-5. ``RecordEpisodeStatistics``: ``info["episode"] = {"r", "l", "t"}`` at the end of an episode.
+3. ``RecordEpisodeStatistics``: ``info["episode"] = {"r", "l", "t"}`` at the end of an episode.
 
-Why no running-statistics normaliser (``NormalizeObservation``): its mean and variance drift as
-the agent explores, so an observation stored in the replay buffer early means something else to
-the model later, and a learned dynamics model is fitted to a moving target. A fixed affine map
-from bounds the task declares keeps one meaning for every stored observation and still puts the
-coordinates on a common scale. Where a task declares no bounds (the MuJoCo tasks), the world
-model owns its input scaling (frozen statistics of its own data), not the environment.
+The env keeps the task's own observation and action units, exactly as ``gymnasium.make`` gives
+them, so an agent's ``predict`` means the same thing on ``make_env(id)`` and on ``gym.make(id)``
+(stable-baselines3's convention). The agent's internal view, actions in [-1, 1] and a fixed
+affine observation scaling, is ``envs.scaling.scale_spaces`` over this env.
 """
 
 from __future__ import annotations
@@ -30,14 +24,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import load_env_creator
-from gymnasium.wrappers import RecordEpisodeStatistics, RescaleAction, TransformObservation
+from gymnasium.wrappers import RecordEpisodeStatistics
 
 __all__ = [
     "SUPPORTED_ENVS",
     "MUJOCO_ENVS",
     "EnvError",
     "EnvInfo",
-    "BoundsAffineObservation",
     "SeedFirstReset",
     "make_env",
     "env_info",
@@ -51,8 +44,6 @@ SUPPORTED_ENVS: tuple[str, ...] = (
     "PoincareDisk-v0",
 )
 
-# Bounds wider than this are treated as "no bound" (some tasks declare +-float32 max).
-_MAX_FINITE_BOUND = 1e6
 
 _SUPPORTED_LINE = "supported: " + ", ".join(SUPPORTED_ENVS)
 
@@ -86,40 +77,6 @@ class SeedFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
             seed = self._pending_seed
         self._pending_seed = None
         return self.env.reset(seed=seed, options=options)
-
-
-class BoundsAffineObservation(TransformObservation):
-    """obs' = (obs - shift) * scale, with shift = (high + low) / 2 and scale = 2 / (high - low) on
-    the coordinates whose declared bounds are finite (so they land in [-1, 1]) and shift = 0,
-    scale = 1 elsewhere. The map is fixed at construction; ``shift`` and ``scale`` are exposed so
-    that a caller can undo it (obs = obs' / scale + shift). Output dtype float32."""
-
-    def __init__(self, env: gym.Env):
-        gym.utils.RecordConstructorArgs.__init__(self)  # recreated from env alone (checker, spec)
-        space = env.observation_space
-        if not isinstance(space, spaces.Box):
-            raise EnvError(f"observation space must be a Box, got {space}; {_SUPPORTED_LINE}")
-        low = np.asarray(space.low, dtype=np.float64)
-        high = np.asarray(space.high, dtype=np.float64)
-        bounded = (
-            np.isfinite(low)
-            & np.isfinite(high)
-            & (np.abs(low) < _MAX_FINITE_BOUND)
-            & (np.abs(high) < _MAX_FINITE_BOUND)
-            & (high > low)
-        )
-        low_b, high_b = np.where(bounded, low, -1.0), np.where(bounded, high, 1.0)
-        self.shift = 0.5 * (high_b + low_b)  # 0 where unbounded
-        self.scale = 2.0 / (high_b - low_b)  # 1 where unbounded
-        new_low = np.where(bounded, -1.0, low).astype(np.float32)
-        new_high = np.where(bounded, 1.0, high).astype(np.float32)
-        new_space = spaces.Box(new_low, new_high, dtype=np.float32)
-        shift, scale = self.shift, self.scale
-        super().__init__(
-            env,
-            lambda obs: ((np.asarray(obs, dtype=np.float64) - shift) * scale).astype(np.float32),
-            new_space,
-        )
 
 
 def _unknown_id_message(env_id: str) -> str:
@@ -169,9 +126,8 @@ def make_env(
     max_episode_steps: int | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
-    """Build ``env_id`` with actions in [-1, 1], fixed-affine observation scaling from declared
-    bounds, float32 observations and episode statistics (see the module docstring for the
-    stack and why it is a fixed map rather than a running normaliser).
+    """Build ``env_id`` in the task's own units, with a seeded first reset and episode statistics
+    (see the module docstring for the stack).
 
     ``seed`` seeds the first reset and the action and observation spaces, so the same seed gives
     the same first observation and the same trajectory under the same actions. ``env_kwargs``
@@ -222,10 +178,13 @@ def make_env(
             f"{env_id} has a non-Box observation space {env.observation_space}; {_SUPPORTED_LINE}"
         )
 
+    if not np.all(np.isfinite(env.action_space.low) & np.isfinite(env.action_space.high)):
+        env.close()
+        raise EnvError(
+            f"{env_id} has unbounded actions {env.action_space}; the agent plans in a bounded box"
+        )
     if seed is not None:
         env = SeedFirstReset(env, seed)
-    env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))
-    env = BoundsAffineObservation(env)
     env = RecordEpisodeStatistics(env)
     if seed is not None:
         env.action_space.seed(seed)
@@ -234,7 +193,8 @@ def make_env(
 
 
 def env_info(env: gym.Env) -> EnvInfo:
-    """Observation and action sizes and the episode limit of an env built by ``make_env``."""
+    """Observation and action sizes and the episode limit of an env built by ``make_env`` (or
+    of any Box-space env)."""
     obs_space, act_space = env.observation_space, env.action_space
     if not isinstance(obs_space, spaces.Box) or not isinstance(act_space, spaces.Box):
         raise EnvError(f"env_info needs Box spaces, got {obs_space} and {act_space}")

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-from agent.agent import Agent, resolve_device
+from agent.agent import Agent, make_run_env, resolve_device
 from agent.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from agent.config import (
     ConfigError,
@@ -21,8 +23,10 @@ from agent.config import (
     field_docs,
     load_config_file,
 )
+from agent.evaluate import run_episodes
 from agent.loop import CHECKPOINT_NAME, Trainer
 from envs import make_env
+from envs.scaling import scale_spaces
 from tests.agent.conftest import tiny
 
 
@@ -94,11 +98,65 @@ def test_predict_shapes_and_errors():
     agent = make_agent()
     obs = np.zeros(3, dtype=np.float32)
     action, state = agent.predict(obs)
-    assert action.shape == (1,) and state is None and -1 <= action[0] <= 1
+    assert action.shape == (1,) and state is None and -2 <= action[0] <= 2  # Pendulum's torque
     actions, _ = agent.predict(np.zeros((2, 3)), episode_start=np.array([True, True]))
     assert actions.shape == (2, 1)
-    with pytest.raises(ValueError, match="size 3"):
+    with pytest.raises(ValueError, match=r"shape \[3\] or \[N, 3\]"):
         agent.predict(np.zeros(4))
+
+
+def test_predict_speaks_the_env_units_so_sb3_evaluation_reproduces_the_agent_own():
+    """predict takes observations and returns actions in the env's own units: for the same reset
+    seeds (and planner generator seeds) a saved agent's returns on gym.make(id), on
+    envs.make_env(id) and under SB3's evaluate_policy are those of its own evaluation
+    (run_episodes on the scaled view), episode for episode; the planned actions span the
+    task's torque range [-2, 2], not the agent's [-1, 1]."""
+    agent = make_agent(train={"seed_steps": 40})
+    agent.learn(60)
+    steps = 30
+
+    def by_predict(env, seed):
+        agent.generator.manual_seed(seed)
+        obs, _ = env.reset(seed=seed)
+        total, start, actions = 0.0, True, []
+        for _ in range(steps):
+            action, _ = agent.predict(obs, episode_start=np.array([start]), deterministic=True)
+            obs, reward, *_ = env.step(action)
+            total, start = total + float(reward), False
+            actions.append(action)
+        return total, np.concatenate(actions)
+
+    spread = []
+    for seed in (0, 1, 2):
+        scaled = make_run_env(RunConfig.from_dict({"train": {"max_episode_steps": steps}},
+                                                  base=agent.config), seed=None)  # fmt: skip
+        (own,) = run_episodes(agent, scaled, 1, seed)
+        plain, actions = by_predict(gym.make("Pendulum-v1", max_episode_steps=steps), seed)
+        ours, _ = by_predict(make_env("Pendulum-v1", max_episode_steps=steps), seed)
+        assert plain == own and ours == own, (seed, plain, ours, own)
+        spread.append(np.abs(actions).max())
+        vec = DummyVecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=steps)])
+        vec.seed(seed)
+        agent.generator.manual_seed(seed)
+        (sb3,), _ = evaluate_policy(
+            agent, vec, n_eval_episodes=1, deterministic=True, return_episode_rewards=True,
+            warn=False,
+        )  # fmt: skip
+        assert sb3 == pytest.approx(own, rel=1e-5), (seed, sb3, own)  # SB3 sums in float32
+    assert max(spread) > 1.0  # torques past the unit box: the actions are in the env's units
+
+
+def test_an_env_other_than_the_trained_one_is_refused_in_one_line(tmp_path):
+    agent = make_agent()
+    path = agent.save(tmp_path / "agent.pt")
+    other = gym.make("Pendulum-v1", max_episode_steps=50)
+    other.unwrapped.max_torque = 1.0  # the same task with a smaller torque bound
+    other.unwrapped.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    with pytest.raises(ConfigError, match="trained on action bounds low \\[-2.0\\]"):
+        Agent.load(path, env=other)
+    with pytest.raises(ConfigError, match="differs from the one this agent was trained on"):
+        agent.check_env(scale_spaces(make_env("Pendulum-v1")))
+    agent.check_env(gym.make("Pendulum-v1"))  # the task's own env passes
 
 
 def test_save_load_gives_identical_next_actions(tmp_path):

@@ -1,5 +1,6 @@
-"""make_env: spaces, action rescaling, fixed observation scaling, episode statistics, seeding
-and one-line errors, for every supported id."""
+"""make_env: the task's own spaces, seeding, episode statistics and one-line errors; the agent's
+view over it (envs.scaling.scale_spaces): action rescaling and fixed observation scaling; for
+every supported id."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from envs import MUJOCO_ENVS, SUPPORTED_ENVS, EnvError, env_info, make_env
+from envs.scaling import SpaceScaling, scale_spaces
 
 # Raw gymnasium action bounds, to check the [-1, 1] rescaling against the unwrapped task.
 RAW_ACTION_HIGH = {
@@ -34,7 +36,10 @@ def _rollout(env: gym.Env, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 @pytest.mark.parametrize("env_id", SUPPORTED_ENVS)
 def test_spaces_bounds_and_dtypes(env_id):
-    env = make_env(env_id, seed=0)
+    raw, plain = make_env(env_id, seed=0), gym.make(env_id)
+    assert raw.action_space == plain.action_space  # the task's own units, as gym.make
+    assert raw.observation_space == plain.observation_space
+    env = scale_spaces(raw)
     try:
         assert isinstance(env.action_space, gym.spaces.Box)
         assert env.action_space.dtype == np.float32
@@ -90,9 +95,10 @@ def test_episode_statistics_at_episode_end(env_id):
 
 @pytest.mark.parametrize("env_id", ["Pendulum-v1", "InvertedPendulum-v5"])
 def test_action_one_is_the_raw_upper_bound(env_id):
-    """Stepping make_env with a = +1 equals stepping the raw task with its upper action bound."""
+    """Stepping the scaled view with a = +1 equals stepping the raw task with its upper action
+    bound, and SpaceScaling (what predict uses) computes the same maps as the wrappers."""
     raw = gym.make(env_id)
-    wrapped = make_env(env_id)
+    wrapped = scale_spaces(make_env(env_id))
     raw_obs, _ = raw.reset(seed=11)
     wrapped.reset(seed=11)
     for _ in range(3):
@@ -102,19 +108,23 @@ def test_action_one_is_the_raw_upper_bound(env_id):
         expected = ((raw_obs - scaled_raw[0]) * scaled_raw[1]).astype(np.float32)
         np.testing.assert_allclose(obs, expected, rtol=1e-6, atol=1e-6)
         assert reward == pytest.approx(raw_reward)
+        maps = SpaceScaling.from_env(raw)
+        np.testing.assert_array_equal(maps.observation(raw_obs), obs)
+        np.testing.assert_array_equal(maps.action(np.ones(raw.action_space.shape, np.float32)),
+                                      raw.action_space.high)  # fmt: skip
 
 
 def test_fixed_observation_scaling_from_declared_bounds():
     """Pendulum: cos, sin unchanged, angular velocity / 8. MountainCar: position [-1.2, 0.6] and
     velocity [-0.07, 0.07] onto [-1, 1]. MuJoCo tasks declare no bounds: identity."""
     raw = gym.make("Pendulum-v1")
-    env = make_env("Pendulum-v1")
+    env = scale_spaces(make_env("Pendulum-v1"))
     raw_obs, _ = raw.reset(seed=2)
     obs, _ = env.reset(seed=2)
     np.testing.assert_allclose(obs, raw_obs * np.array([1.0, 1.0, 1 / 8]), rtol=1e-6)
 
     raw = gym.make("MountainCarContinuous-v0")
-    env = make_env("MountainCarContinuous-v0")
+    env = scale_spaces(make_env("MountainCarContinuous-v0"))
     raw.reset(seed=2)
     env.reset(seed=2)
     for _ in range(30):
@@ -125,7 +135,7 @@ def test_fixed_observation_scaling_from_declared_bounds():
     assert np.all(np.abs(obs) <= 1.0)
 
     raw = gym.make("HalfCheetah-v5")
-    env = make_env("HalfCheetah-v5")
+    env = scale_spaces(make_env("HalfCheetah-v5"))
     raw_obs, _ = raw.reset(seed=4)
     obs, _ = env.reset(seed=4)
     np.testing.assert_allclose(obs, raw_obs.astype(np.float32))

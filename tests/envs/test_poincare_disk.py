@@ -25,6 +25,7 @@ from envs.poincare_disk import (
     simulate,
     true_energy,
 )
+from envs.scaling import scale_spaces
 from geometry.poincare import conformal_factor, dist, inverse_metric_factor, project
 from tests.conftest import ball_points
 
@@ -422,9 +423,10 @@ def test_check_env_passes(kwargs):
 @pytest.mark.filterwarnings("ignore:.*Box observation space m.*:UserWarning")
 @pytest.mark.filterwarnings("ignore:.*is different from the unwrapped version.*:UserWarning")
 def test_check_env_passes_through_make_env():
-    env = make_env("PoincareDisk-v0", seed=0)
+    check_env(make_env("PoincareDisk-v0", seed=0), skip_render_check=True)
+    env = scale_spaces(make_env("PoincareDisk-v0", seed=0))  # the agent's view
     check_env(env, skip_render_check=True)
-    obs, _ = env.reset(seed=3)  # make_env leaves [z, p] as they are (z's bounds are [-1, 1])
+    obs, _ = env.reset(seed=3)  # the view leaves [z, p] as they are (z's bounds are [-1, 1])
     np.testing.assert_array_equal(obs, np.concatenate(env.unwrapped.state).astype(np.float32))
 
 
