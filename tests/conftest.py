@@ -1,4 +1,4 @@
-"""Shared test helpers.
+"""Shared test helpers and settings.
 
 Threads: one. The tests work on small tensors, where a second intra-op thread mostly spins
 (measured: the covariant-head tests took 84 s with two threads on a loaded 2-core machine and 7 s
@@ -8,10 +8,19 @@ with one). Never torch.set_num_threads(k >= 2): with this torch it silently brea
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from hypothesis import settings
 
 torch.set_num_threads(1)
+
+# Property tests draw the same examples on every machine (a suite green on one CPU must be green
+# on another); HYPOTHESIS_PROFILE=explore draws new ones, to search for counter-examples.
+settings.register_profile("same_everywhere", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "same_everywhere"))
 
 # Tolerances per dtype for comparisons against an independent reference.
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}
