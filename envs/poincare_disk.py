@@ -46,14 +46,8 @@ from gymnasium import spaces
 from torch import Tensor
 
 from geometry.langevin import baoab_substeps
-from geometry.poincare import (
-    conformal_factor,
-    dist,
-    kinetic_energy,
-    logmap,
-    project,
-    sqnorm,
-)
+from geometry.poincare import conformal_factor, dist, kinetic_energy, project, sqnorm
+from geometry.potentials import confining_force, confining_potential, gaussian_wells
 
 __all__ = [
     "PRESETS",
@@ -212,30 +206,22 @@ def _landscape(config: PoincareDiskConfig) -> tuple[Tensor, Tensor, Tensor, Tens
 
 
 def potential(z: Tensor, config: PoincareDiskConfig) -> Tensor:
-    """Phi(z) = k/2 d(0, z)^2 - sum_i a_i exp(-d(z, c_i)^2 / (2 w_i^2)); z [..., d] -> [...]."""
+    """Phi(z) = k/2 d(0, z)^2 - sum_i a_i exp(-d(z, c_i)^2 / (2 w_i^2)) (geometry.potentials:
+    confining_potential, gaussian_wells); z [..., d] -> [...]."""
     centers, depths, widths, _ = _landscape(config)
     centers, depths, widths = (t.to(z.dtype) for t in (centers, depths, widths))
-    rho0_sq = dist(z, torch.zeros_like(z)).square()  # [...]
-    rho_sq = dist(z.unsqueeze(-2), centers).square()  # [..., M]
-    wells = (depths * torch.exp(-rho_sq / (2 * widths.square()))).sum(-1)  # [...]
-    return 0.5 * config.confinement * rho0_sq - wells
+    wells, _ = gaussian_wells(z, centers, depths, widths)  # [...] (already signed: -sum ...)
+    return config.confinement * confining_potential(z) + wells
 
 
 def potential_grad(z: Tensor, config: PoincareDiskConfig) -> Tensor:
-    """dPhi/dz (a covector), closed form: the coordinate gradient of 1/2 d(z, c)^2 is
-    -G(z) log_z(c) = -lambda(z)^2 log_z(c) (the Riemannian gradient is -log_z(c)), and
-    d(z, c)^2 = lambda(z)^2 |log_z(c)|^2; so
-    dPhi/dz = -lambda^2 [k log_z(0) + sum_i (a_i / w_i^2) exp(-d_i^2 / (2 w_i^2)) log_z(c_i)].
-    Finite at z = c_i (log_z(z) = 0) and up to |z| = max_norm. z [..., d] -> [..., d]."""
+    """dPhi/dz (a covector), closed form: minus the forces of geometry.potentials,
+    dPhi/dz = -(k confining_force(z) + gaussian_wells force), finite at z = c_i and up to
+    |z| = max_norm. z [..., d] -> [..., d]."""
     centers, depths, widths, _ = _landscape(config)
     centers, depths, widths = (t.to(z.dtype) for t in (centers, depths, widths))
-    lam_sq = conformal_factor(z).square()  # [..., 1]
-    anchors = torch.cat([torch.zeros_like(centers[:1]), centers])  # [M + 1, d]: origin, wells
-    logs = logmap(z.unsqueeze(-2), anchors)  # [..., M + 1, d]
-    rho_sq = lam_sq * sqnorm(logs[..., 1:, :], keepdim=False)  # [..., M]
-    weights = depths / widths.square() * torch.exp(-rho_sq / (2 * widths.square()))  # [..., M]
-    pull = config.confinement * logs[..., 0, :] + (weights.unsqueeze(-1) * logs[..., 1:, :]).sum(-2)
-    return -lam_sq * pull  # [..., d]
+    _, wells = gaussian_wells(z, centers, depths, widths)  # [..., d]
+    return -(config.confinement * confining_force(z) + wells)  # [..., d]
 
 
 def true_energy(z: Tensor, p: Tensor, config: PoincareDiskConfig) -> Tensor:

@@ -1,14 +1,20 @@
-"""Pure math on tensors: the only place formulas live (DESIGN.md, Conventions).
+"""Pure math on tensors: the only place formulas live (docs/architecture.md, "Layers").
 
 - :mod:`geometry.poincare`  Poincare ball: conformal factor, distance, exp/log maps, Mobius
   operations, parallel transport, Christoffel contraction, kinetic energy, geodesic flow.
 - :mod:`geometry.sphere`    great-circle distance and the ball -> sphere maps of seed 000 §8.2.
 - :mod:`geometry.gauge`     gauge generators, connections, Wilson lines, gauge transformations.
 - :mod:`geometry.su2`       complex Pauli matrices, chiral projector, commitment strength.
+- :mod:`geometry.doublet`   the realified doublet layout, the chiral gate and its VJP, the
+  bilinear contractions of the covariant head's query (seed 003 Def 283-285).
 - :mod:`geometry.screening` area-law proxy, screening factor, confinement radius (seed 003 §8).
-- :mod:`geometry.langevin`  Langevin dynamics with mass G = lambda^2 I and its BAOAB splitting.
+- :mod:`geometry.potentials` the confining potential and force, Gaussian wells in d_H.
+- :mod:`geometry.langevin`  Langevin dynamics with mass G = lambda^2 I and its BAOAB splitting
+  (one composition, `baoab`, for the model's step and the disk's simulator).
 """
 
-from . import gauge, langevin, poincare, screening, sphere, su2
+from . import doublet, gauge, langevin, poincare, potentials, screening, sphere, su2
 
-__all__ = ["gauge", "langevin", "poincare", "screening", "sphere", "su2"]
+__all__ = [
+    "doublet", "gauge", "langevin", "poincare", "potentials", "screening", "sphere", "su2"
+]  # fmt: skip

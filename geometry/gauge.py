@@ -9,7 +9,8 @@ Convention (seed 003 Def 279-280 with -iA written as a real skew matrix):
   U(b <- a) = P exp(-int_a^b A_mu dx^mu), later segments multiplying on the left.
 - A gauge transformation psi -> Omega psi acts on the *connection*:
   A_mu -> Omega A_mu Omega^T + Omega d_mu Omega^T, and then U(b <- a) -> Omega(b) U Omega(a)^T.
-  (Rotating vectors without transforming A tests nothing: DESIGN.md.)
+  (Rotating vectors without transforming A tests nothing: docs/architecture.md, "Where the
+  seeds are wrong".)
 
 A connection is passed around as ``conn(x, dx) -> A_mu(x) dx^mu``: x, dx [..., d] -> [..., k, k].
 Contracting with the direction first keeps every Wilson line O(G k^2) per point instead of

@@ -14,20 +14,28 @@ One BAOAB step of size h:
     O  p <- c1 p + c2 lambda(z) xi              exact OU: c1 = e^(-gamma h), c2 = sqrt((1-c1^2) T)
     A, B as above.
 
-Seed 003's Def 287 kicks with grad Phi only and drifts z += h/2 G^-1 p: without the kinetic-energy
-gradient it does not target the Gibbs density (DESIGN.md). The geodesic term must be carried exactly
-once; `drift` selects how, so that tests can show both the right choice and what goes wrong:
+Seed 003's Def 287 kicks with grad Phi only and drifts z += h/2 G^-1 p: without the
+kinetic-energy gradient it does not target the Gibbs density (docs/architecture.md, where the
+seeds are wrong). The geodesic term must be carried exactly once; `drift` selects how, so that
+tests can show both the right choice and what goes wrong:
     "geodesic"  A is the exact geodesic flow (the default, closed form)
     "kick"      A is the Euclidean drift z += h/2 G^-1 p, and -dK/dz joins the kick (explicit, O(h))
     "none"      Euclidean drift and no -dK/dz: the seed listing's step (wrong stationary law)
     "doubled"   geodesic flow AND -dK/dz in the kick (the term counted twice; also wrong)
+
+One composition, `baoab`, with its substeps passed in as callables (kick, drift, thermostat); it
+is the step of every integrator in the project: `baoab_step` (this module's reference),
+`baoab_rollout` / `baoab_substeps` (the disk environment's simulator) and the geodesic world
+model's step (world_model/geodesic/integrator.py). The position terms of the closing kick (what
+a kick at z needs that does not depend on p) are the next step's opening ones: `baoab` returns
+them as an explicit carry, and a rollout passes them back in.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 from torch import Tensor
@@ -39,6 +47,8 @@ __all__ = [
     "ou_coefficients",
     "ou_step",
     "drift_step",
+    "baoab",
+    "baoab_rollout",
     "baoab_step",
     "baoab_substeps",
     "hamiltonian",
@@ -46,6 +56,8 @@ __all__ = [
 
 Drift = Literal["geodesic", "kick", "none", "doubled"]
 ForceFn = Callable[[Tensor], Tensor]  # z [..., d] -> -dPhi/dz [..., d] (plus any external force)
+T = TypeVar("T")  # the position terms a kick at z needs (a force, or a model's cached terms)
+R = TypeVar("R")  # what the first half-drift hands to the second
 
 
 def ou_coefficients(gamma: float | Tensor, h: float, temperature: float | Tensor):
@@ -77,11 +89,74 @@ def drift_step(z: Tensor, p: Tensor, t: float, drift: Drift) -> tuple[Tensor, Te
     return z + t * p * P.inverse_metric_factor(z), p
 
 
-def _kick_force(z: Tensor, p: Tensor, force: ForceFn, drift: Drift) -> Tensor:
-    f = force(z)
-    if drift in ("kick", "doubled"):
-        f = f - P.kinetic_energy_grad(z, p)
-    return f
+def baoab(
+    z: Tensor,
+    p: Tensor,
+    h: float,
+    position: Callable[[Tensor], T],
+    kick: Callable[[Tensor, Tensor, T], Tensor],
+    drift: Callable[[Tensor, Tensor, float, T | None, R | None], tuple[Tensor, Tensor, R | None]],
+    thermostat: Callable[[Tensor, Tensor], Tensor] | None,
+    terms: T | None = None,
+) -> tuple[Tensor, Tensor, T]:
+    """One B-A-O-A-B step of size h, composed from its substeps (seed 003 Def 287,
+    docs/seed_map.md; module doc). z, p [..., d].
+
+    position(z) -> terms    what a kick at z needs that does not depend on p (a force, or a
+                            model's cached terms). The closing kick's terms at z' are the next
+                            step's opening ones: they are returned, and a rollout passes them
+                            back as `terms` (None: evaluated at z).
+    kick(z, p, terms) -> F  the kick's force covector [..., d]; B is p <- p + h/2 F.
+    drift(z, p, t, terms, reuse) -> (z', p', reuse')
+                            the A step for time t (with any projection). The first half-drift
+                            gets the position terms at z and reuse None; the second gets terms
+                            None and what the first returned as reuse' (a quantity a drift
+                            reads once per step); a drift with nothing to hand on returns None.
+    thermostat(z, p) -> p   the O step; None: O is the identity, and the two half-drifts are
+                            one drift of length h (exact for a flow, by its group property).
+
+    Returns (z', p', position(z'))."""
+    if terms is None:
+        terms = position(z)
+    p = p + 0.5 * h * kick(z, p, terms)  # B
+    if thermostat is None:
+        z, p, _ = drift(z, p, h, terms, None)  # A A (O = identity)
+    else:
+        z, p, reuse = drift(z, p, 0.5 * h, terms, None)  # A
+        p = thermostat(z, p)  # O
+        z, p, _ = drift(z, p, 0.5 * h, None, reuse)  # A
+    terms = position(z)
+    p = p + 0.5 * h * kick(z, p, terms)  # B
+    return z, p, terms
+
+
+def baoab_rollout(
+    z: Tensor,
+    p: Tensor,
+    h: float,
+    n_steps: int,
+    position: Callable[[Tensor], T],
+    kick: Callable[[Tensor, Tensor, T], Tensor],
+    drift: Callable[[Tensor, Tensor, float, T | None, R | None], tuple[Tensor, Tensor, R | None]],
+    thermostat: Callable[[Tensor, Tensor], Tensor] | None,
+    terms: T | None = None,
+) -> tuple[Tensor, Tensor, T | None]:
+    """`n_steps` steps of :func:`baoab`, carrying each step's closing position terms into the
+    next step's opening kick (one position evaluation per step). `terms`: the position terms at
+    z when known. Returns (z', p', the position terms at z'; `terms` when n_steps = 0)."""
+    for _ in range(n_steps):
+        z, p, terms = baoab(z, p, h, position, kick, drift, thermostat, terms)
+    return z, p, terms
+
+
+def _projected_drift(drift: Drift, max_norm: float):
+    """drift_step followed by the projection to |z| <= max_norm, as a baoab drift."""
+
+    def step(z: Tensor, p: Tensor, t: float, _terms, _reuse) -> tuple[Tensor, Tensor, None]:
+        z, p = drift_step(z, p, t, drift)
+        return P.project(z, max_norm), p, None
+
+    return step
 
 
 def baoab_step(
@@ -100,13 +175,20 @@ def baoab_step(
     for the O step, or None for its mean. Positions are projected to |z| <= max_norm after each
     drift. z, p [..., d] -> (z, p) [..., d]."""
     c1, c2 = ou_coefficients(gamma, h, temperature)
-    p = p + 0.5 * h * _kick_force(z, p, force, drift)
-    z, p = drift_step(z, p, 0.5 * h, drift)
-    z = P.project(z, max_norm)
-    p = ou_step(z, p, c1, c2, noise)
-    z, p = drift_step(z, p, 0.5 * h, drift)
-    z = P.project(z, max_norm)
-    p = p + 0.5 * h * _kick_force(z, p, force, drift)
+    kinetic_kick = drift in ("kick", "doubled")  # -dK/dz joins the kick
+
+    def kick(x: Tensor, q: Tensor, f: Tensor) -> Tensor:
+        return f - P.kinetic_energy_grad(x, q) if kinetic_kick else f
+
+    z, p, _ = baoab(
+        z,
+        p,
+        h,
+        force,
+        kick,
+        _projected_drift(drift, max_norm),
+        lambda x, q: ou_step(x, q, c1, c2, noise),
+    )
     return z, p
 
 
@@ -123,29 +205,29 @@ def baoab_substeps(
     max_norm: float = 1 - 1e-5,
 ) -> tuple[Tensor, Tensor]:
     """`n_steps` geodesic BAOAB steps of size h (the same map as repeating :func:`baoab_step`
-    with drift="geodesic"), with two exact savings: the closing kick of a step and the opening
-    kick of the next act at the same z, so force(z) is evaluated once per step; and when the O
-    step is the identity (gamma = 0) the two half-flows are one flow of length h (the flow's group
-    property). Noise xi ~ N(0, I) is drawn from `generator` per step when noise and T > 0.
-    z, p [..., d] -> (z, p) [..., d]."""
+    with drift="geodesic"), run by :func:`baoab_rollout` with two exact savings: the closing kick
+    of a step and the opening kick of the next act at the same z, so force(z) is evaluated once
+    per step (the carried position terms); and when the O step is the identity (gamma = 0) the
+    two half-flows are one flow of length h (the flow's group property). Noise xi ~ N(0, I) is
+    drawn from `generator` per step when noise and T > 0. z, p [..., d] -> (z, p) [..., d]."""
     c1, c2 = ou_coefficients(gamma, h, temperature)
-    thermostat = gamma > 0.0
-    f = force(z)
-    for _ in range(n_steps):
-        p = p + 0.5 * h * f  # B
-        if thermostat:
-            z, p = P.geodesic_flow(z, p, 0.5 * h)  # A
-            z = P.project(z, max_norm)
-            xi = None
-            if noise and c2 > 0.0:
-                xi = torch.randn(z.shape, generator=generator, dtype=z.dtype, device=z.device)
-            p = ou_step(z, p, c1, c2, xi)  # O
-            z, p = P.geodesic_flow(z, p, 0.5 * h)  # A
-        else:
-            z, p = P.geodesic_flow(z, p, h)  # A A with O = identity
-        z = P.project(z, max_norm)
-        f = force(z)
-        p = p + 0.5 * h * f  # B
+
+    def thermostat(x: Tensor, q: Tensor) -> Tensor:
+        xi = None
+        if noise and c2 > 0.0:
+            xi = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+        return ou_step(x, q, c1, c2, xi)
+
+    z, p, _ = baoab_rollout(
+        z,
+        p,
+        h,
+        n_steps,
+        force,
+        lambda _x, _q, f: f,
+        _projected_drift("geodesic", max_norm),
+        thermostat if gamma > 0.0 else None,
+    )
     return z, p
 
 

@@ -29,7 +29,9 @@ __all__ = [
     "mobius_add",
     "gyro_difference",
     "gyration",
+    "gyro_norm_dist",
     "dist",
+    "dist0",
     "pairwise_dist",
     "expmap0",
     "logmap0",
@@ -42,7 +44,7 @@ __all__ = [
     "christoffel_contract",
     "kinetic_energy",
     "kinetic_energy_grad",
-    "gaussian_wells",
+    "transported_velocity_error",
     "geodesic_drift",
     "geodesic_flow",
 ]
@@ -143,6 +145,19 @@ def dist(x: Tensor, y: Tensor, keepdim: bool = False) -> Tensor:
     return d if keepdim else d.squeeze(-1)
 
 
+def gyro_norm_dist(n: Tensor) -> Tensor:
+    """d(x, y) = 2 artanh(n) from n = |(-x) (+) y| (seed 000 §4, docs/seed_map.md), n capped
+    just below 1 so the distance stays finite. n [...] -> [...] (any shape)."""
+    return 2.0 * torch.atanh(n.clamp_max(1 - torch.finfo(n.dtype).eps))
+
+
+def dist0(z: Tensor, keepdim: bool = False) -> Tensor:
+    """d(0, z) = 2 artanh|z| (gyro_norm_dist of (-0) (+) z = z; seed 000 §4, docs/seed_map.md).
+    The one form of the distance from the origin. z [..., d] -> [...] ([..., 1] with keepdim)."""
+    d = gyro_norm_dist(z.norm(dim=-1, keepdim=True))  # [..., 1]
+    return d if keepdim else d.squeeze(-1)
+
+
 def pairwise_dist(x: Tensor, y: Tensor) -> Tensor:
     """All-pairs geodesic distance: x [..., N, d], y [..., M, d] -> [..., N, M].
 
@@ -234,28 +249,20 @@ def kinetic_energy(z: Tensor, p: Tensor) -> Tensor:
 def kinetic_energy_grad(z: Tensor, p: Tensor) -> Tensor:
     """dK/dz for K = 1/2 p^T G^-1(z) p: since d lambda / dz = lambda^2 z,
     dK/dz = -|p|^2 z / lambda(z). The kick -dK/dz is the geodesic term the seed's B step omits
-    (DESIGN.md, "Where the seeds are wrong")."""
+    (docs/architecture.md, where the seeds are wrong)."""
     return -sqnorm(p) * z / conformal_factor(z)  # [..., d]
 
 
-def gaussian_wells(
-    z: Tensor, centers: Tensor, depths: Tensor, widths: Tensor
-) -> tuple[Tensor, Tensor]:
-    """Gaussian wells in hyperbolic distance and their force (closed form):
-    Phi(z) = -sum_j a_j exp(-d(z, c_j)^2 / (2 w_j^2)),
-    -dPhi/dz = lambda(z) sum_j (a_j / w_j^2) e_j d_j u_j,
-    since the coordinate gradient of d(z, c)^2 / 2 is -G(z) log_z(c) = -lambda(z) d(z, c) u with
-    u the unit vector of (-z) (+) c (log_z c = (2 / lambda(z)) artanh|w| w / |w|). Finite at
-    z = c_j (d_j / |w_j| -> 2). z [B, d], centers [M, d], depths a [M] (< 0: a bump),
-    widths w [M] > 0 -> (Phi [B], force covector [B, d])."""
-    w = gyro_difference(z.unsqueeze(-2), centers)  # [B, M, d]
-    n = _safe_norm(w).squeeze(-1)  # [B, M]
-    d = 2.0 * torch.atanh(n.clamp_max(1 - torch.finfo(z.dtype).eps))  # d(z, c_j)
-    e = torch.exp(-0.5 * (d / widths).square())  # [B, M]
-    phi = -(depths * e).sum(-1)  # [B]
-    coeff = depths / widths.square() * e * (d / n)  # [B, M]
-    force = conformal_factor(z) * (coeff.unsqueeze(-1) * w).sum(-2)  # [B, d]
-    return phi, force
+def transported_velocity_error(z: Tensor, p: Tensor, z_t: Tensor, p_t: Tensor) -> Tensor:
+    """lambda(z*)^2 |P_{z->z*} v - v*|^2: the metric norm at z* of the error of the velocity
+    v = G^-1(z) p after parallel transport to z*, against v* = G^-1(z*) p* (seed 003 Def 281,
+    docs/seed_map.md). P_{z->z*} = (lambda(z) / lambda(z*)) gyr[z*, -z] is written through
+    a = 1 - |z|^2 (lambda = 2 / a), so the ratio is a* / a. z, p, z_t, p_t [..., d] -> [...]."""
+    a, a_t = one_minus_sqnorm(z), one_minus_sqnorm(z_t)  # 2 / lambda
+    v = p * (0.5 * a).square()  # G^-1 p
+    v_t = p_t * (0.5 * a_t).square()
+    dv = (a_t / a) * gyration(z_t, -z, v) - v_t  # [..., d]
+    return (dv / (0.5 * a_t)).square().sum(-1)  # lambda(z*)^2 |dv|^2 [...]
 
 
 def geodesic_drift(
@@ -265,9 +272,9 @@ def geodesic_drift(
     correction: Tensor | None = None,
     max_norm: float | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """The A step of a BAOAB scheme (seed 003 Prop 102, DESIGN.md): free motion along geodesics
-    for time t, with an optional velocity correction delta (an orthonormal-frame vector, added
-    as delta / lambda(z)):
+    """The A step of a BAOAB scheme (seed 003 Prop 102, docs/architecture.md): free motion along
+    geodesics for time t, with an optional velocity correction delta (an orthonormal-frame
+    vector, added as delta / lambda(z)):
 
         v = G^-1(z) p,  z' = exp_z(t (v + delta / lambda(z))),  v' = P_{z->z'} v,  p' = G(z') v'
 

@@ -342,7 +342,8 @@ def test_seed_listing_integrator_drifts_in_energy_where_the_exact_flow_does_not(
 def test_seed_listing_integrator_misses_the_gibbs_target():
     """The seed listing's integrator (no geodesic term) on the same noisy runs as the Gibbs test:
     E|z|^2 is off lambda^d exp(-Phi/T) by > 10 s.e. (measured 0.174 against 0.223, 30 s.e.),
-    i.e. without the geodesic term BAOAB does not target the Gibbs density (DESIGN.md)."""
+    i.e. without the geodesic term BAOAB does not target the Gibbs density
+    (docs/architecture.md)."""
     config = make_config(temperature=0.3, friction=1.0, substeps=5)
     batch, burn_in, sampled, every = 200, 200, 500, 5
     generator = torch.Generator().manual_seed(0)

@@ -172,3 +172,36 @@ def test_ou_coefficient_gradients_stay_finite_at_zero_friction():
     (g,) = torch.autograd.grad((c1 + c2).sum(), raw)
     assert torch.isfinite(g).all(), g
     torch.testing.assert_close(c2[2], torch.sqrt((1 - c1[2] ** 2) * 1e-3))
+
+
+def test_the_rollout_carries_the_closing_position_terms_into_the_next_opening_kick():
+    """baoab_rollout evaluates position(z) once per step (the closing kick's terms are returned
+    and reused by the next opening kick), and is the same map, bit for bit, as steps that
+    recompute them; the second half-drift receives what the first handed on."""
+    g = torch.Generator().manual_seed(5)
+    z = 0.7 * torch.rand(8, DIM, generator=g, dtype=torch.float64) / DIM**0.5
+    p = torch.randn(8, DIM, generator=g, dtype=torch.float64)
+    calls, handed = [], []
+
+    def position(x):
+        calls.append(1)
+        return force(x)
+
+    def drift(x, q, t, terms, reuse):
+        handed.append((terms is None, reuse))
+        x, q = P.geodesic_flow(x, q, t)
+        return P.project(x, 1 - 1e-5), q, "first" if terms is not None else None
+
+    def kick(_x, _q, f):
+        return f
+
+    def thermostat(x, q):
+        return L.ou_step(x, q, 0.9, 0.0, None)
+
+    za, pa, terms = L.baoab_rollout(z, p, H, 5, position, kick, drift, thermostat)
+    assert len(calls) == 6 and torch.equal(terms, force(za))
+    assert handed[:2] == [(False, None), (True, "first")]
+    zb, pb = z, p
+    for _ in range(5):
+        zb, pb, _ = L.baoab(zb, pb, H, position, kick, drift, thermostat)
+    assert torch.equal(za, zb) and torch.equal(pa, pb)

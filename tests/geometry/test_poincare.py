@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geometry import poincare as P
+from geometry import potentials
 from tests.conftest import ball_points
 
 BALL = geoopt.PoincareBall(c=1.0)
@@ -125,8 +126,9 @@ def test_expmap_logmap_near_boundary_against_high_precision(gap):
 
 
 def test_float32_small_distances_keep_relative_accuracy():
-    """|x|^2 + |y|^2 - 2<x,y> loses up to ~9% at small distances in float32 (DESIGN.md); the
-    asinh-of-difference form must stay within 1e-3 relative of the float64 value."""
+    """|x|^2 + |y|^2 - 2<x,y> loses up to ~9% at small distances in float32
+    (docs/architecture.md, "Numerics"); the asinh-of-difference form must stay within 1e-3
+    relative of the float64 value."""
     x64 = ball_points(256, 8, 0.9, seed=12)
     for scale in [1e-3, 1e-4, 1e-5]:
         y64 = x64 + scale * torch.randn_like(x64) / 8**0.5
@@ -191,7 +193,7 @@ def test_float32_values_and_gradients_finite_near_boundary(r1, d1, r2, d2, t):
         "flow_p": P.geodesic_flow(x, v, 0.05)[1],
         "drift_z": P.geodesic_drift(x, v, 0.05, y, 1 - 1e-5)[0],
         "drift_p": P.geodesic_drift(x, v, 0.05, y, 1 - 1e-5)[1],
-        "wells_force": P.gaussian_wells(x, torch.stack([y, x]), *WELLS)[1],
+        "wells_force": potentials.gaussian_wells(x, torch.stack([y, x]), *WELLS)[1],
     }
     for name, out in outs.items():
         assert torch.isfinite(out).all(), name
@@ -304,7 +306,7 @@ def test_gaussian_wells_are_the_potential_of_their_force():
     depths = torch.tensor([0.6, -0.3, 0.5, 0.2, 0.4], dtype=torch.float64)
     widths = torch.tensor([0.5, 0.4, 1.3, 0.7, 0.6], dtype=torch.float64)
     zq = z.clone().requires_grad_(True)
-    phi, force = P.gaussian_wells(zq, centers, depths, widths)
+    phi, force = potentials.gaussian_wells(zq, centers, depths, widths)
     dist = P.dist(z.unsqueeze(-2), centers)  # [32, 5]
     ref = -(depths * torch.exp(-dist.square() / (2 * widths.square()))).sum(-1)
     torch.testing.assert_close(phi, ref, rtol=1e-10, atol=1e-12)
@@ -415,3 +417,16 @@ def test_logmap0_vjp_matches_autograd_across_the_series_switch(radius):
     assert torch.isfinite(out32).all()
     if radius < 0.99:  # float32 |y| rounds at the boundary; the value itself is ~1/(1 - r^2)
         torch.testing.assert_close(out32.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_distance_from_the_origin_is_one_function_of_the_norm():
+    """dist0(z) = 2 artanh|z| is dist(0, z) (float64, up to |z| = 0.999), gyro_norm_dist the
+    same map of a norm; the confining potential and force are d^2 / 2 and minus its gradient."""
+    z = ball_points(64, D, 0.999, seed=31)
+    torch.testing.assert_close(P.dist0(z), P.dist(torch.zeros_like(z), z), rtol=1e-9, atol=1e-12)
+    assert torch.equal(P.dist0(z, keepdim=True).squeeze(-1), P.dist0(z))
+    assert torch.equal(P.dist0(z), P.gyro_norm_dist(z.norm(dim=-1)))
+    zq = z.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(potentials.confining_potential(zq).sum(), zq)
+    torch.testing.assert_close(potentials.confining_force(z), -grad, rtol=1e-9, atol=1e-12)
+    assert torch.equal(potentials.confining_force(torch.zeros(2, D)), torch.zeros(2, D))
