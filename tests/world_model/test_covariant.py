@@ -9,6 +9,7 @@ by pair with the geometry functions and explicit complex 2 x 2 algebra, (iii) au
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -17,20 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from geometry import gauge, poincare, screening, su2
+from geometry import gauge, poincare, screening
+from geometry.doublet import masked_softmax
 from tests.conftest import ball_points
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import (
     CovariantAttention,
     CovariantAttentionConfig,
     CovariantQueries,
+    HeadOptions,
     PreparedContext,
-    apply_in_channels,
-    chiral_gate,
-    chiral_gate_vjp,
-    doublet_to_realified,
-    masked_softmax,
-    realified_to_doublet,
 )
 
 F64 = torch.float64
@@ -39,11 +36,27 @@ WILSON_MODES = ["first_order", "exp", "path_ordered"]
 CHRISTOFFEL_MODES = ["full", "factorized", "poincare"]
 
 
+# The standalone head's defaults before HeadOptions took the geodesic model's (d_k 16, exp lines
+# of 8 segments, chirality 0): these tests were written against them, so they keep them.
+OLD_STANDALONE = dict(d_k=32, wilson="path_ordered", segments=32, chirality=1.0)
+_SHAPE = {f.name for f in dataclasses.fields(CovariantAttentionConfig)} - {"options"}
+
+
+def head_config(**kwargs) -> CovariantAttentionConfig:
+    """A head's config from flat keywords over OLD_STANDALONE: the shape fields to the head, the
+    rest to its HeadOptions."""
+    kwargs = {**OLD_STANDALONE, **kwargs}
+    options = HeadOptions(**{k: v for k, v in kwargs.items() if k not in _SHAPE})
+    return CovariantAttentionConfig(
+        **{k: v for k, v in kwargs.items() if k in _SHAPE}, options=options
+    )
+
+
 def make_head(dtype=F64, seed=0, **overrides) -> CovariantAttention:
     kwargs = dict(d=D, d_query=FQ, d_key=FK, d_value=FV, d_out=DOUT, d_k=16, n_colors=2)
     kwargs.update(overrides)
     torch.manual_seed(seed)
-    return CovariantAttention(CovariantAttentionConfig(**kwargs)).to(dtype)
+    return CovariantAttention(head_config(**kwargs)).to(dtype)
 
 
 def _rand(g, *shape, dtype=F64):
@@ -79,7 +92,6 @@ def make_queries(b=2, q=3, dtype=F64, seed=2, max_norm=0.9, velocity=True, level
 FULL_OPTIONS = dict(
     d_velocity_features=FXV,
     position_velocity=True,
-    temperature="calibrated",
     string_tension=(0.8, 0.2),
     chirality=0.7,
     rank=2,
@@ -87,9 +99,16 @@ FULL_OPTIONS = dict(
 
 
 def _perturb_calibration(head, scale=0.05, slope=-0.1):
-    with torch.no_grad():
-        head.temperature_log_scale.fill_(scale)
-        head.temperature_log_slope.fill_(slope)
+    """A head whose temperature has drifted from the metric one: tau(z) exp(scale + slope
+    log(lambda(z) / 2)), what node 68 must catch (tests/world_model/test_diagnostics.py). The
+    config has no such mode, so the instance's temperature is replaced."""
+    metric = head.temperature
+
+    def drifted(positions):
+        log_half_lam = -torch.log(poincare.one_minus_sqnorm(positions)).squeeze(-1)
+        return metric(positions) * torch.exp(scale + slope * log_half_lam)
+
+    head.temperature = drifted
 
 
 # --------------------------------------------------------------------------- validation
@@ -101,6 +120,7 @@ def test_invalid_configuration_and_inputs_give_one_clear_error():
         (dict(d_k=12, n_colors=2), "multiple of 4 \\* n_colors"),
         (dict(wilson="second_order"), "wilson must be one of"),
         (dict(temperature="hot"), "temperature must be one of"),
+        (dict(temperature="calibrated"), "temperature must be one of"),  # measured, removed
         (dict(christoffel="riemann"), "christoffel must be one of"),
         (dict(area="volume"), "area must be one of"),
         (dict(string_tension=(1.0,)), "one sigma per level"),
@@ -112,7 +132,7 @@ def test_invalid_configuration_and_inputs_give_one_clear_error():
     ]
     for overrides, match in bad:
         with pytest.raises(ValueError, match=match):
-            CovariantAttentionConfig(**{**base, **overrides})
+            head_config(**{**base, **overrides})
 
     bank = make_bank()
     pos, kf, vf, lv = bank.positions, bank.key_features, bank.value_features, bank.levels
@@ -211,12 +231,12 @@ def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: Cont
     d_k x d_k Wilson lines from the full-representation generators of geometry.gauge,
     pairwise transport U(z <- z') = U_{z->0}^T U_{z'->0}, Def 286's multiply-then-renormalise
     screening, explicit Pauli matrices and per-(colour, channel) commitment gating."""
-    cfg = head.config
-    k, m = cfg.d_k, cfg.d_k // (4 * cfg.n_colors)
+    cfg, opt = head.config, head.config.options
+    k, m = opt.d_k, opt.d_k // (4 * opt.n_colors)
     t = {n: p.detach() for n, p in head.named_parameters()}
     # the connection in the full d_k-dim representation (the head works in the minimal one)
-    full = gauge.gauge_generators(k, cfg.n_colors, cfg.hypercharge, dtype=F64)
-    full = full.stacked(cfg.g_s, cfg.g_2, cfg.g_1)
+    full = gauge.gauge_generators(k, opt.n_colors, opt.hypercharge, dtype=F64)
+    full = full.stacked(opt.g_s, opt.g_2, opt.g_1)
     conn = gauge.affine_connection(full, t["connection_c0"], t["connection_c1"])
     sigma = t["screening_coupling"] ** 2
     b_n, q_n, n_n = q.positions.shape[0], q.positions.shape[1], bank.size
@@ -224,7 +244,7 @@ def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: Cont
     weights = torch.zeros(b_n, q_n, n_n, dtype=F64)
 
     def line(x):
-        return gauge.wilson_line(conn, x, torch.zeros_like(x), cfg.wilson, cfg.segments).detach()
+        return gauge.wilson_line(conn, x, torch.zeros_like(x), opt.wilson, opt.segments).detach()
 
     for b in range(b_n):
         for i in range(q_n):
@@ -240,13 +260,7 @@ def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: Cont
                 + ((t["q_zv_u"] @ z) * (t["q_zv_v"] @ v)).sum(0)
             )
             u_z = line(z)
-            tau = (
-                math.sqrt(k)
-                / lam
-                * torch.exp(
-                    t["temperature_log_scale"] + t["temperature_log_slope"] * torch.log(lam / 2)
-                )
-            )
+            tau = math.sqrt(k) / lam  # Thm 99
             scores, screen, valid = [], [], []
             for j in range(n_n):
                 zj = bank.positions[b, j]
@@ -269,12 +283,12 @@ def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: Cont
             )
             # chirality: complex doublet psi[c, s, j], Pi = (I + n.sigma)/2
             o = out.numpy()
-            psi = (o[: k // 2] + 1j * o[k // 2 :]).reshape(cfg.n_colors, 2, m)
+            psi = (o[: k // 2] + 1j * o[k // 2 :]).reshape(opt.n_colors, 2, m)
             n_vec = (t["value_grad_proj.weight"] @ q.value_grad[b, i]).numpy()
             n_hat = n_vec / np.linalg.norm(n_vec)
             proj = 0.5 * (np.eye(2) + np.einsum("a,aij->ij", n_hat, PAULI))
             kappa = float(t["chirality_strength"])
-            for c in range(cfg.n_colors):
+            for c in range(opt.n_colors):
                 for ch in range(m):
                     phi = psi[c, :, ch]
                     commit = np.real(phi.conj() @ proj @ phi) / np.real(phi.conj() @ phi)
@@ -288,7 +302,6 @@ def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: Cont
 @pytest.mark.parametrize("wilson", WILSON_MODES)
 def test_head_equals_its_definition_pair_by_pair(wilson):
     head = make_head(wilson=wilson, segments=4, **FULL_OPTIONS)
-    _perturb_calibration(head)
     bank, q = make_bank(), make_queries()
     out, rec = head(q, bank)
     ref_out, ref_w = _reference_forward(head, q, bank)
@@ -442,87 +455,12 @@ def test_masked_rows_give_zero_output_and_no_nan():
     torch.testing.assert_close(w, torch.tensor([[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]]))
 
 
-# --------------------------------------------------------------------------- chirality
-
-
-def test_realified_doublet_layout_matches_the_gauge_generators():
-    """R^{d_k} = realification of C^{N_f} (x) C^2 (x) C^m: the SU(2)_L generators (realified
-    -i sigma_b / 2) act on the doublet axis of realified_to_doublet, the colour ones on the
-    colour axis."""
-    n_c, k = 2, 24
-    gens = gauge.gauge_generators(k, n_c, dtype=F64)
-    x = torch.randn(5, k, dtype=F64)
-    psi = realified_to_doublet(x, n_c)
-    assert psi.shape == (5, n_c, 2, 3)
-    torch.testing.assert_close(doublet_to_realified(psi), x)
-    sig = su2.pauli(F64)
-    for b in range(3):
-        moved = realified_to_doublet(x @ gens.error[b].T, n_c)
-        torch.testing.assert_close(moved, torch.einsum("st,bctm->bcsm", -0.5j * sig[b], psi))
-    lam = gauge.gell_mann(n_c)
-    for a in range(lam.shape[0]):
-        moved = realified_to_doublet(x @ gens.binding[a].T, n_c)
-        torch.testing.assert_close(moved, torch.einsum("cd,bdsm->bcsm", -0.5j * lam[a], psi))
-
-
-def test_lines_in_the_minimal_representation_act_like_the_full_d_k_lines():
-    """geometry.gauge's generators on R^{d_k} are those on R^r (r = 4 N_f) tensored with I_m;
-    apply_in_channels(U_r, psi) equals U_{d_k} psi for Wilson lines of every mode."""
-    n_c, k = 2, 24
-    g = torch.Generator().manual_seed(5)
-    small = gauge.gauge_generators(4 * n_c, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
-    big = gauge.gauge_generators(k, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
-    c0 = torch.randn(D, small.shape[0], generator=g, dtype=F64)
-    c1 = torch.randn(D, D, small.shape[0], generator=g, dtype=F64)
-    z = ball_points(5, D, 0.9, seed=6)
-    psi = torch.randn(5, k, generator=g, dtype=F64)
-    for mode in WILSON_MODES:
-        u_small = gauge.wilson_line_to_origin(gauge.affine_connection(small, c0, c1), z, mode=mode)
-        u_big = gauge.wilson_line_to_origin(gauge.affine_connection(big, c0, c1), z, mode=mode)
-        assert u_small.shape == (5, 8, 8) and u_big.shape == (5, k, k)
-        torch.testing.assert_close(
-            apply_in_channels(u_small, psi), (u_big @ psi.unsqueeze(-1)).squeeze(-1)
-        )
-
-
-def test_chiral_gate_identity_idempotence_degeneracy_and_su2_covariance():
-    n_c, k = 2, 16
-    g = torch.Generator().manual_seed(3)
-    x = torch.randn(6, k, generator=g, dtype=F64)
-    n = torch.randn(6, 3, generator=g, dtype=F64)
-    proj, _ = su2.chiral_projector(n)
-    torch.testing.assert_close(chiral_gate(x, proj, n_c, 0.0), x)  # kappa = 0: identity
-    once = chiral_gate(x, proj, n_c, 1.0)
-    torch.testing.assert_close(chiral_gate(once, proj, n_c, 1.0), once)  # committed is fixed
-    # the committed doublet lies in the range of Pi, with |.| <= |Psi|
-    psi1 = realified_to_doublet(once, n_c)
-    torch.testing.assert_close(proj[:, None] @ psi1, psi1)
-    assert (
-        psi1.abs().square().sum(-2) <= realified_to_doublet(x, n_c).abs().square().sum(-2) + 1e-12
-    ).all()
-    # degenerate direction: Pi = 0, no commitment, (1 - kappa) Psi
-    proj0, degenerate = su2.chiral_projector(torch.zeros(6, 3, dtype=F64))
-    assert degenerate.all()
-    torch.testing.assert_close(chiral_gate(x, proj0, n_c, 0.25), 0.75 * x)
-    # SU(2) covariance (Thm 101): gate(U Psi, U Pi U^dag) = U gate(Psi, Pi)
-    theta = torch.randn(6, 3, generator=g, dtype=F64)
-    u_real = torch.linalg.matrix_exp(
-        torch.einsum("na,aij->nij", theta, gauge.gauge_generators(k, n_c, dtype=F64).error)
-    )
-    u_c = su2.su2_element(theta)  # exp(-i theta.sigma/2), the same group element on C^2
-    proj_rot = u_c @ proj @ u_c.conj().transpose(-1, -2)
-    lhs = chiral_gate((u_real @ x.unsqueeze(-1)).squeeze(-1), proj_rot, n_c, 0.6)
-    rhs = (u_real @ chiral_gate(x, proj, n_c, 0.6).unsqueeze(-1)).squeeze(-1)
-    torch.testing.assert_close(lhs, rhs)
-
-
 # --------------------------------------------------------------------------- autograd
 
 
 @pytest.mark.parametrize("christoffel", CHRISTOFFEL_MODES)
 def test_gradients_reach_every_parameter(christoffel):
     head = make_head(christoffel=christoffel, **FULL_OPTIONS)
-    _perturb_calibration(head)
     bank, q = make_bank(), make_queries()  # macro and texture queries and entries
     out, _ = head(q, bank)
     names, params = zip(*head.named_parameters(), strict=True)
@@ -539,7 +477,6 @@ def test_float64_gradcheck_on_a_small_head():
     plus the full Jacobian in the geometric inputs (positions, velocity, value gradient)."""
     for wilson in WILSON_MODES:
         head = make_head(d_k=8, segments=2, wilson=wilson, **FULL_OPTIONS)
-        _perturb_calibration(head)
         bank, q = make_bank(b=1, n=3), make_queries(b=1, q=2)
         names, params = zip(*head.named_parameters(), strict=True)
         params = tuple(p.detach().clone().requires_grad_(True) for p in params)
@@ -576,7 +513,6 @@ def test_finite_values_and_gradients_near_the_boundary(wilson, christoffel):
     """float32, queries and entries with |z| up to 1 - 1e-5 (lambda ~ 1e5, tau ~ 1e-5)."""
     f32 = torch.float32
     head = make_head(f32, wilson=wilson, christoffel=christoffel, **FULL_OPTIONS)
-    _perturb_calibration(head)
     bank = make_bank(dtype=f32, max_norm=1 - 1e-5, min_norm=0.99)
     q = make_queries(dtype=f32, max_norm=1 - 1e-5, min_norm=0.999)
     radii = torch.tensor([1 - 1e-5, 1 - 1e-4, 0.999], dtype=F64)
@@ -733,7 +669,6 @@ def test_closed_form_potential_gradient_equals_autograd(
 def test_closed_form_gradient_is_refused_where_it_does_not_apply():
     for overrides in (
         dict(kernel="krr"),
-        dict(temperature="calibrated"),
         dict(christoffel="full"),
         dict(wilson="path_ordered"),
         dict(area="geodesic"),
@@ -771,50 +706,6 @@ def test_a_precomputed_shared_chiral_projector_equals_the_per_query_one():
     )
     for a, b in zip(got, ref, strict=True):
         torch.testing.assert_close(a, b)
-
-
-def _complex_chiral_gate(out, proj, n_colors, strength):
-    """Defs 284-285 in complex arithmetic (the reference for the real-arithmetic gate)."""
-    psi = realified_to_doublet(out, n_colors)  # [..., N_f, 2, m]
-    p = proj.unsqueeze(-3)
-    commit = su2.commitment_strength(psi, p)
-    norm2 = (psi.real.square() + psi.imag.square()).sum(-2)
-    gate = commit / (norm2 + torch.finfo(out.dtype).eps)
-    return doublet_to_realified(psi + strength * (gate.unsqueeze(-2) * (p @ psi) - psi))
-
-
-def test_real_chiral_gate_equals_the_complex_definition():
-    g = torch.Generator().manual_seed(17)
-    for shape, proj_shape in (((5, 16), (5,)), ((3, 4, 24), (3, 4)), ((3, 4, 24), (1, 4))):
-        n_c = 2 if shape[-1] == 16 else 3
-        out = torch.randn(*shape, generator=g, dtype=F64)
-        n = torch.randn(*proj_shape, 3, generator=g, dtype=F64)
-        n.view(-1, 3)[0] = 0.0  # one degenerate direction
-        proj, _ = su2.chiral_projector(n)
-        for kappa in (0.0, 0.6, 1.0):
-            torch.testing.assert_close(
-                chiral_gate(out, proj, n_c, kappa), _complex_chiral_gate(out, proj, n_c, kappa)
-            )
-
-
-def test_chiral_gate_vjp_equals_autograd_through_the_complex_gate():
-    """The real-arithmetic value and gradient of <a, chiral_gate(out)>: a regular projector, a
-    degenerate one (Pi = 0) and a shared (batch 1) one, kappa inside and outside [0, 1]."""
-    g = torch.Generator().manual_seed(13)
-    out = torch.randn(5, 16, generator=g, dtype=F64)
-    a = torch.randn(16, generator=g, dtype=F64)
-    n = torch.randn(5, 3, generator=g, dtype=F64)
-    n[1] = 0.0  # degenerate
-    for proj_batch in (5, 1):
-        proj, degenerate = su2.chiral_projector(n[:proj_batch])
-        assert bool(degenerate[1]) if proj_batch == 5 else True
-        for kappa in (0.0, 0.7, 1.3):
-            o = out.clone().requires_grad_(True)
-            ref = (_complex_chiral_gate(o, proj, 2, kappa) * a).sum(-1, keepdim=True)
-            (ref_grad,) = torch.autograd.grad(ref.sum(), o)
-            value, grad = chiral_gate_vjp(out, proj, 2, kappa, a)
-            torch.testing.assert_close(value, ref.detach(), rtol=1e-12, atol=1e-12)
-            torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)
 
 
 def test_a_shared_and_a_per_sample_bank_joined_after_preparing_equal_the_joined_bank():

@@ -1,7 +1,9 @@
-"""world_model/attention/hida.py: the four HIDA operators (seed 000 M1-M4) against independent
-re-computations of their definitions (brute-force index sets, geoopt distances and maps, a
-sequential online k-means), their weights as the exact linear map values -> out, masks, batch
-dims, finite values and gradients at |z| = 1 - 1e-5, and their configs' errors."""
+"""world_model/attention/hida.py: the four HIDA operators (seed 000 M1-M4; defined in
+world_model/attention/hida_dense.py, hida_fp.py, hida_anchor.py, hida_compressed.py and
+re-exported by hida.py) against independent re-computations of their definitions (brute-force
+index sets, geoopt distances and maps, a sequential online k-means), their weights as the exact
+linear map values -> out, masks, batch dims, finite values and gradients at |z| = 1 - 1e-5, and
+their configs' errors."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The context bank a covariant attention head reads (seed 003 Def 282, Def 286; DESIGN.md "How
-data flows", step 3).
+"""The context bank a covariant attention head reads (seed 003 Def 282, Def 286;
+docs/architecture.md, "Data flow" and "Levels").
 
 Each entry has a position in the Poincare ball, key features, value features and a level of the
 representation hierarchy: level 0 = macro (colour-neutral, exempt from area-law screening:

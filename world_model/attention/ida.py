@@ -3,7 +3,7 @@ W_ij = (d(q_i, k_j)^2 + eps)^-1 / sum_m (d(q_i, k_m)^2 + eps)^-1.
 
 Seed 000: Euclidean distance is the Resolver (§2.1), the Poincare-ball geodesic distance is HIDA
 (§4, Def 5.1), the great-circle distance is SIDA (Def 8.1). All three share one kernel and the
-call shape of ``world_model/attention/base.py``:
+call shape (docs/architecture.md, "The attention call shape"):
 
     out, weights = inverse_distance_attention(q, k, v, eps, metric, mask=None)
 
@@ -136,7 +136,7 @@ def check_points(x: Tensor, metric: str, name: str) -> None:
 def check_attention_inputs(
     queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None = None
 ) -> None:
-    """Raise ValueError unless the shapes follow world_model/attention/base.py: queries
+    """Raise ValueError unless the shapes follow the attention call shape: queries
     [..., Nq, d], keys [..., Nk, d], values [..., Nk, dv], mask bool broadcastable to
     [..., Nq, Nk]."""
     for name, t in (("queries", queries), ("keys", keys), ("values", values)):

@@ -1,5 +1,5 @@
 """XAKER: kernel ridge-regression attention (seed 001), in the shared call shape
-(queries, keys, values, mask) -> (out, weights) of world_model/attention/base.py.
+(queries, keys, values, mask) -> (out, weights) (docs/architecture.md, "The attention call shape").
 
     alpha = (K_kk + lam I)^-1 v,   out = K_qk alpha,   weights = K_qk (K_kk + lam I)^-1
 

@@ -1,0 +1,103 @@
+"""Dense-HIDA, seed 000 M1 (Def 5.1): inverse-distance attention over every key,
+W_ij ∝ (d(q_i, k_j)^2 + eps)^-1, Theta(Nq Nk d); with another metric it is the Resolver
+("euclidean") or SIDA ("sphere", Def 8.1). Overview of the family: world_model/attention/hida.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .hida_common import _check_positive_int, check_operator_inputs
+from .ida import (
+    FORMS,
+    METRICS,
+    _check_eps,
+    inverse_distance_attention,
+)
+from .triton_ida import can_fuse, fused_inverse_distance_attention
+
+__all__ = ["DenseHIDAConfig", "DenseHIDA"]
+
+
+@dataclass
+class DenseHIDAConfig:
+    """Dense inverse-distance attention (seed 000 M1, Def 5.1; Resolver and SIDA with another
+    metric).
+
+    Attributes:
+        eps: kernel regulariser eps > 0.
+        metric: "poincare" (HIDA), "euclidean" (Resolver) or "sphere" (SIDA).
+        form: all-pairs distance evaluation, see world_model/attention/ida.py.
+        query_chunk: process queries in chunks of this many rows (bounds the [chunk, Nk]
+            intermediates when no gradient is taken); None = all at once.
+        fused: with need_weights=False, no mask and no gradient, use the fused Triton forward
+            of world_model/attention/triton_ida.py where it runs (CUDA, or TRITON_INTERPRET=1;
+            metric "euclidean" or "poincare"); elsewhere the PyTorch path.
+        check_inputs: validate shapes and domains at every call.
+    """
+
+    eps: float = 1e-3
+    metric: str = "poincare"
+    form: str = "expanded"
+    query_chunk: int | None = None
+    fused: bool = True
+    check_inputs: bool = True
+
+    def __post_init__(self):
+        _check_eps(self.eps)
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {METRICS}, got {self.metric!r}")
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        _check_positive_int("query_chunk", self.query_chunk, allow_none=True)
+
+
+class DenseHIDA(nn.Module):
+    """M1: out_i = sum_j W_ij v_j, W_ij ∝ (d(q_i, k_j)^2 + eps)^-1 over all keys; Theta(n^2 d)."""
+
+    def __init__(self, config: DenseHIDAConfig | None = None):
+        super().__init__()
+        self.config = config or DenseHIDAConfig()
+
+    def forward(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        cfg = self.config
+        if cfg.check_inputs:
+            check_operator_inputs(queries, keys, values, mask, cfg.metric)
+        if (
+            not need_weights
+            and cfg.fused
+            and can_fuse(queries, keys, values, cfg.metric, mask, None)
+        ):
+            return fused_inverse_distance_attention(
+                queries, keys, values, cfg.eps, cfg.metric
+            ), None
+        n_q = queries.shape[-2]
+        chunk = cfg.query_chunk or max(n_q, 1)
+        outs, weights = [], []
+        for start in range(0, n_q, chunk):
+            rows = slice(start, start + chunk)
+            m = None
+            if mask is not None:
+                m = mask if mask.dim() < 2 or mask.shape[-2] == 1 else mask[..., rows, :]
+            out, w = inverse_distance_attention(
+                queries[..., rows, :], keys, values, cfg.eps, cfg.metric, m,
+                form=cfg.form, check_inputs=False,
+            )  # fmt: skip
+            outs.append(out)
+            if need_weights:
+                weights.append(w)
+        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+        if not need_weights:
+            return out, None
+        return out, (torch.cat(weights, dim=-2) if len(weights) > 1 else weights[0])
