@@ -34,6 +34,7 @@ from world_model.attention.covariant import (  # noqa: E402
     CovariantAttention,
     CovariantAttentionConfig,
     CovariantQueries,
+    HeadOptions,
 )
 
 
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--segments",
         type=int,
-        default=CovariantAttentionConfig.segments,
-        help="path-ordered segments (default: the config's)",
+        default=32,
+        help="path-ordered segments (32: the head's standalone default before HeadOptions took "
+        "the world model's 8; the tables here were measured with 32)",
     )
     p.add_argument("--repeats", type=int, default=7, help="timed rounds (best reported)")
     p.add_argument("--layout", choices=["shared", "per-sample", "both"], default="both")
@@ -122,10 +124,12 @@ def main(argv: list[str] | None = None) -> None:
             lambda m=plain, bk=bank: m(queries.features, bk.key_features, bk.value_features),
         )
         for mode in ("first_order", "exp", "path_ordered"):
+            options = HeadOptions(  # chirality 1: the standalone default these were measured at
+                d_k=args.d_k, wilson=mode, segments=args.segments, chirality=1.0
+            )
             cfg = CovariantAttentionConfig(
-                d=d, d_query=f, d_key=f, d_value=f, d_out=f, d_k=args.d_k, wilson=mode,
-                segments=args.segments,
-            )  # fmt: skip
+                d=d, d_query=f, d_key=f, d_value=f, d_out=f, options=options
+            )
             torch.manual_seed(0)
             head = CovariantAttention(cfg).to(device)
             variants[(f"covariant {mode}", layout)] = (

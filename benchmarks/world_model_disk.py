@@ -36,7 +36,13 @@ import torch
 
 from envs.poincare_disk import make_config, potential, sample_start, simulate, true_energy
 from geometry import poincare
-from world_model.geodesic import GeodesicConfig, GeodesicDynamics
+from world_model.geodesic import (
+    ContextConfig,
+    GeodesicConfig,
+    GeodesicDynamics,
+    GeodesicHeadOptions,
+    IntegratorConfig,
+)
 from world_model.gru import GRUConfig, GRUDynamics
 from world_model.model import WorldModel, WorldModelConfig
 
@@ -73,9 +79,9 @@ def make_data(preset: str, n: int, steps: int, seed: int, noise: bool) -> Data:
 
 
 ATTENTION = "softmax"
-# GeodesicConfig.potential_wells (--potential-wells): the learned potential's error is the energy
-# drift (seed 0, conservative, 800 updates: 0.043 with the attention read-out alone, 0.023 with
-# 8 wells, 0.0046 with 32; update +12%)
+# GeodesicConfig.integrator.potential_wells (--potential-wells): the learned potential's error is
+# the energy drift (seed 0, conservative, 800 updates: 0.043 with the attention read-out alone,
+# 0.023 with 8 wells, 0.0046 with 32; update +12%)
 POTENTIAL_WELLS = 32
 GEODESIC_LR = 1e-2  # from a short sweep on seed 0 (3e-3 learned too slowly in 800 updates)
 GRU_LRS = (3e-3, 1e-2)
@@ -101,14 +107,14 @@ def build(
             GeodesicConfig(
                 latent_dim=2,
                 encoder="identity",
-                prototypes=64,
-                feature_dim=16,
-                d_k=8,
-                dt=make_config("default").dt,
-                drift_correction=False,
-                attention=ATTENTION,
-                potential_wells=wells,
-                **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
+                head=GeodesicHeadOptions(d_k=8, kernel=ATTENTION),
+                integrator=IntegratorConfig(
+                    dt=make_config("default").dt,
+                    drift_correction=False,
+                    potential_wells=wells,
+                    **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
+                ),
+                context=ContextConfig(prototypes=64, feature_dim=16),
             ),
         )
     else:

@@ -23,14 +23,10 @@ import torch
 from torch import Tensor
 
 from geometry import gauge
+from geometry.doublet import apply_in_channels
 
 from .attention.context import MACRO_LEVEL, ContextBank
-from .attention.covariant import (
-    AttentionRecord,
-    CovariantAttention,
-    CovariantQueries,
-    apply_in_channels,
-)
+from .attention.covariant import AttentionRecord, CovariantAttention, CovariantQueries
 
 __all__ = [
     "CovariantDiagnosticWarning",
@@ -142,7 +138,9 @@ def gauge_invariance_check(
     """
     cfg = head.config
     dtype = head.connection_c0.dtype
-    group = gauge.gauge_generators(head.rep_dim, cfg.n_colors, cfg.hypercharge, dtype=torch.float64)
+    group = gauge.gauge_generators(
+        head.rep_dim, cfg.options.n_colors, cfg.options.hypercharge, dtype=torch.float64
+    )
     group = group.stacked(1.0, 1.0, 1.0).to(dtype=dtype, device=head.connection_c0.device)
     with torch.no_grad():
         base = head.scores(queries, context)  # [B, Q, N]

@@ -23,7 +23,6 @@ import torch
 from torch import Tensor, nn
 
 from world_model.model import ACTIVATIONS, Dynamics, DynamicsConfig, LatentState, mlp, simnorm
-from world_model.registry import register_dynamics
 
 __all__ = ["GRUConfig", "GRUState", "GRUDynamics"]
 
@@ -77,7 +76,6 @@ class GRUState(LatentState):
     h: Tensor  # [B, latent_dim]
 
 
-@register_dynamics("gru", GRUConfig, "GRU cell on a SimNorm latent (RSSM deterministic path)")
 class GRUDynamics(Dynamics):
     state_type = GRUState
 

@@ -1,10 +1,11 @@
 """The world-model interface every dynamics plugs into, and the TD-MPC2-style heads around it.
 
-A *dynamics* (GRU baseline in `world_model/gru.py`, the geodesic BAOAB model later) owns the
-latent space: it defines a latent-state dataclass, `encode` (obs -> state), `next` (one env step
-in latent space), `features` (state -> flat vector for the heads) and its own consistency loss
-and regularisers. `WorldModel` wraps a dynamics with everything that reads latent features:
-reward, an ensemble of Q heads (two-hot categorical outputs), the policy prior `pi`, the
+A *dynamics* (the GRU baseline in `world_model/gru.py`, the geodesic BAOAB model in
+`world_model/geodesic/`; `world_model/registry.py` lists them) owns the latent space: it defines
+a latent-state dataclass, `encode` (obs -> state), `next` (one env step in latent space),
+`features` (state -> flat vector for the heads) and its own consistency loss and regularisers.
+`WorldModel` wraps a dynamics with everything that reads latent features: reward, an ensemble of
+Q heads (two-hot categorical outputs, `world_model/twohot.py`), the policy prior `pi`, the
 observation decoder `decode`, and the target copies (EMA) of the encoder and of the Q heads.
 
     model = WorldModel(obs_dim, action_dim, GRUDynamics(obs_dim, action_dim, GRUConfig()))
@@ -26,17 +27,18 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from world_model.training import two_hot_inv
+from world_model.twohot import two_hot_inv
 
 __all__ = [
     "LatentState",
+    "carried",
     "Transition",
     "Dynamics",
     "DynamicsConfig",
@@ -53,22 +55,45 @@ S = TypeVar("S", bound="LatentState")
 # ----------------------------------------------------------------------- latent state
 
 
+def carried() -> Any:
+    """Declare a field of a LatentState that is not one of its tensors but a value computed from
+    them and carried with the state, so that the next reader need not recompute it (the heads'
+    features, a dynamics' closing-kick terms). Defaults to None, keyword-only, left out of repr
+    and equality. Every operation that builds a new state from the tensors (map, and so indexing,
+    detach, to, expand, repeat, flatten; stack, cat) leaves it out, since it may depend on
+    parameters, a context or the grad mode as well as on the tensors: the new state starts with
+    None and recomputes it. A subclass that can carry it through an operation overrides that
+    operation explicitly (GeodesicState.expand)."""
+    return field(default=None, kw_only=True, repr=False, compare=False, metadata={"carried": True})
+
+
+def _tensor_fields(cls_or_state) -> list[Field]:
+    return [f for f in fields(cls_or_state) if not f.metadata.get("carried", False)]
+
+
 @dataclass
 class LatentState:
     """Base of the latent-state dataclasses. Every field is a tensor whose leading dimensions are
     the batch dimensions ([B, ...], or [T, B, ...] after `stack`); every operation below acts on
-    all fields at once, so a subclass only declares its fields:
+    all tensor fields at once, so a subclass only declares its fields:
 
         @dataclass
         class GRUState(LatentState):
             h: Tensor  # [B, latent_dim]
+
+    Fields declared with `carried()` are not tensors of the state but values carried with it
+    (see `carried`): `feature_cache` holds WorldModel.features' result for this state object,
+    (grad mode, features [B, F]).
     """
 
+    feature_cache: tuple[bool, Tensor] | None = carried()
+
     def map(self: S, fn: Callable[[Tensor], Tensor]) -> S:
-        return type(self)(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+        """A new state of fn(tensor) for every tensor field (carried values are not carried)."""
+        return type(self)(**{f.name: fn(getattr(self, f.name)) for f in _tensor_fields(self)})
 
     def tensors(self) -> list[Tensor]:
-        return [getattr(self, f.name) for f in fields(self)]
+        return [getattr(self, f.name) for f in _tensor_fields(self)]
 
     def batch_shape(self, ndim: int = 1) -> torch.Size:
         """The first `ndim` dimensions shared by all fields ([B], or [T, B] with ndim=2)."""
@@ -103,13 +128,13 @@ class LatentState:
     @classmethod
     def stack(cls: type[S], states: Sequence[S]) -> S:
         """Stack over time: T states [B, ...] -> [T, B, ...]."""
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in _tensor_fields(cls)]
         return cls(**{n: torch.stack([getattr(s, n) for s in states]) for n in names})
 
     @classmethod
     def cat(cls: type[S], states: Sequence[S]) -> S:
         """Concatenate batches: [B1, ...], [B2, ...] -> [B1 + B2, ...]."""
-        names = [f.name for f in fields(cls)]
+        names = [f.name for f in _tensor_fields(cls)]
         return cls(**{n: torch.cat([getattr(s, n) for s in states]) for n in names})
 
 
@@ -143,7 +168,8 @@ class Dynamics(nn.Module):
     `encode`, `next` and `features`. Everything else has a default:
 
     - `consistency_loss(pred, target) -> [B]`: mean squared error over `features`;
-      the geodesic model overrides it with the hyperbolic distance of z.
+      the geodesic model overrides it with the hyperbolic distance of z and the metric error of
+      the transported velocity.
     - `regularisers(states [T, B], batch) -> {name: scalar}`: already weighted, added to the
       loss and logged under `losses/`; default none.
     - `context(state, **inputs) -> Any`: built once per `plan()` (from the root state, batch 1)
@@ -439,15 +465,16 @@ class WorldModel(nn.Module):
 
     def features(self, state: LatentState) -> Tensor:
         """The dynamics' features of `state` [B, F], computed once per state object and grad
-        mode: the heads read a state's features several times (reward and Q in the loss, pi
-        and Q in the value and the policy loss, reward and pi per planning step), and a
-        dynamics' features are a function of the state alone (no parameters)."""
+        mode and kept in its carried field `feature_cache`: the heads read a state's features
+        several times (reward and Q in the loss, pi and Q in the value and the policy loss,
+        reward and pi per planning step), and a dynamics' features are a function of the state
+        alone (no parameters)."""
         grad = torch.is_grad_enabled()
-        cached = state.__dict__.get("_features")
+        cached = state.feature_cache
         if cached is not None and cached[0] == grad:
             return cached[1]
         features = self.dynamics.features(state)
-        state._features = (grad, features)
+        state.feature_cache = (grad, features)
         return features
 
     def consistency_loss(self, predicted: LatentState, target: LatentState) -> Tensor:

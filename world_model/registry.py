@@ -1,27 +1,27 @@
 """Registry of latent dynamics: the choices of `--world-model`.
 
-A dynamics registers itself, with its config dataclass, when its module is imported:
+The built-in dynamics are an explicit table (`BUILTIN_DYNAMICS`: name -> module, dynamics class,
+config class, description); a built-in's module is imported on first use of its name, so
+listing the names (help texts) imports nothing, and a module that fails to import raises its own
+error when its dynamics is asked for (it is never silently skipped). Plug-ins register
+themselves with a class decorator when their module is imported:
 
-    @register_dynamics("gru", GRUConfig, "GRU (RSSM deterministic path) baseline")
-    class GRUDynamics(Dynamics): ...
-
-The project's own dynamics modules are imported lazily on first use (`BUILTIN_MODULES`), so
-`world_model/geodesic.py` joins the CLI's choices as soon as the file exists and registers
-"geodesic", without any change to `agent/`. A module that exists but fails to import raises
-its own error (it is never silently skipped).
+    @register_dynamics("toy", ToyConfig, "a plug-in dynamics")
+    class ToyDynamics(Dynamics): ...
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 from dataclasses import dataclass
 
 from world_model.model import Dynamics, DynamicsConfig
 
 __all__ = [
+    "BUILTIN_DYNAMICS",
     "BUILTIN_MODULES",
+    "BuiltinDynamics",
     "DynamicsSpec",
     "register_dynamics",
     "available_dynamics",
@@ -30,10 +30,34 @@ __all__ = [
     "build_dynamics",
 ]
 
-BUILTIN_MODULES: dict[str, str] = {
-    "gru": "world_model.gru",
-    "geodesic": "world_model.geodesic",
+
+@dataclass(frozen=True)
+class BuiltinDynamics:
+    """Where a built-in dynamics lives: `module` defines `dynamics` (a Dynamics subclass built as
+    `cls(obs_dim, action_dim, config)`) and `config` (its config dataclass)."""
+
+    module: str
+    dynamics: str
+    config: str
+    description: str = ""
+
+
+BUILTIN_DYNAMICS: dict[str, BuiltinDynamics] = {
+    "gru": BuiltinDynamics(
+        "world_model.gru",
+        "GRUDynamics",
+        "GRUConfig",
+        "GRU cell on a SimNorm latent (RSSM deterministic path)",
+    ),
+    "geodesic": BuiltinDynamics(
+        "world_model.geodesic",
+        "GeodesicDynamics",
+        "GeodesicConfig",
+        "GeodesicCrossAttention: Boris-BAOAB on the Poincare ball",
+    ),
 }
+
+BUILTIN_MODULES: dict[str, str] = {name: b.module for name, b in BUILTIN_DYNAMICS.items()}
 
 
 @dataclass(frozen=True)
@@ -44,53 +68,65 @@ class DynamicsSpec:
     description: str = ""
 
 
-_REGISTRY: dict[str, DynamicsSpec] = {}
+_PLUGINS: dict[str, DynamicsSpec] = {}  # filled by register_dynamics
+_LOADED: dict[str, DynamicsSpec] = {}  # built-ins resolved so far (get_dynamics)
 
 
 def register_dynamics(name: str, config_cls: type, description: str = ""):
-    """Class decorator: register `cls(obs_dim, action_dim, config)` under `name`."""
+    """Class decorator for plug-ins: register `cls(obs_dim, action_dim, config)` under `name`
+    (a built-in's name, or one taken by another class, is refused)."""
     if not dataclasses.is_dataclass(config_cls):
         raise TypeError(f"register_dynamics({name!r}): config_cls must be a dataclass")
 
     def decorator(cls: type[Dynamics]) -> type[Dynamics]:
-        existing = _REGISTRY.get(name)
+        if name in BUILTIN_DYNAMICS:
+            builtin = BUILTIN_DYNAMICS[name]
+            raise ValueError(
+                f"dynamics {name!r} is already registered by the built-in "
+                f"{builtin.module}.{builtin.dynamics}"
+            )
+        existing = _PLUGINS.get(name)
         if existing is not None and existing.dynamics_cls.__qualname__ != cls.__qualname__:
             raise ValueError(f"dynamics {name!r} is already registered by {existing.dynamics_cls}")
-        _REGISTRY[name] = DynamicsSpec(name, config_cls, cls, description)
+        _PLUGINS[name] = DynamicsSpec(name, config_cls, cls, description)
         return cls
 
     return decorator
 
 
-def _import_builtins() -> None:
-    for module in BUILTIN_MODULES.values():
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-
-
 def dynamics_names() -> list[str]:
-    """Registered names plus the project's own modules that exist, without importing them
-    (for help texts: a broken or slow module is only imported when it is asked for)."""
-    builtin = [n for n, m in BUILTIN_MODULES.items() if importlib.util.find_spec(m) is not None]
-    return sorted(set(builtin) | set(_REGISTRY))
+    """Every name: the built-ins and the registered plug-ins, without importing anything (for
+    help texts: a broken or slow module is only imported when it is asked for)."""
+    return sorted(set(BUILTIN_DYNAMICS) | set(_PLUGINS))
 
 
 def available_dynamics() -> list[str]:
-    """Names of every registered dynamics (importing the project's own modules first)."""
-    _import_builtins()
-    return sorted(_REGISTRY)
+    """Names of every dynamics that can be built (the built-ins and the registered plug-ins)."""
+    return dynamics_names()
+
+
+def _load_builtin(name: str) -> DynamicsSpec:
+    if name not in _LOADED:
+        builtin = BUILTIN_DYNAMICS[name]
+        module = importlib.import_module(builtin.module)
+        _LOADED[name] = DynamicsSpec(
+            name,
+            getattr(module, builtin.config),
+            getattr(module, builtin.dynamics),
+            builtin.description,
+        )
+    return _LOADED[name]
 
 
 def get_dynamics(name: str) -> DynamicsSpec:
-    if name not in _REGISTRY:
-        module = BUILTIN_MODULES.get(name)
-        if module is not None and importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-    if name not in _REGISTRY:
+    """The spec of `name` (a built-in's module is imported here, on first use)."""
+    if name in BUILTIN_DYNAMICS:
+        return _load_builtin(name)
+    if name not in _PLUGINS:
         raise ValueError(
             f"unknown world model {name!r}; available: {', '.join(available_dynamics())}"
         )
-    return _REGISTRY[name]
+    return _PLUGINS[name]
 
 
 def build_dynamics(

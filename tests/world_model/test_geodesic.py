@@ -16,14 +16,16 @@ import pytest
 import torch
 
 from geometry import langevin, poincare
+from geometry.potentials import confining_force
 from tests.conftest import ball_points
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantQueries
-from world_model.geodesic import (
-    GeodesicConfig,
-    GeodesicDynamics,
-    GeodesicState,
-    confining_force,
+from world_model.geodesic import GeodesicConfig, GeodesicDynamics, GeodesicState, StepCarry
+from world_model.geodesic.config import (
+    ContextConfig,
+    GeodesicHeadOptions,
+    IntegratorConfig,
+    migrate_flat_dynamics,
 )
 from world_model.memory.window import state_features
 from world_model.model import WorldModel
@@ -33,19 +35,33 @@ F64 = torch.float64
 TEMP = 0.5
 
 
-def idealised(drift="geodesic", friction=1.0, temperature=TEMP, dt=0.1, **kw) -> GeodesicDynamics:
-    cfg = GeodesicConfig(
+def config(head=None, integrator=None, context=None, **top) -> GeodesicConfig:
+    """A GeodesicConfig from its sections' keywords (dicts) and its top-level fields."""
+    return GeodesicConfig(
+        **top,
+        head=GeodesicHeadOptions(**(head or {})),
+        integrator=IntegratorConfig(**(integrator or {})),
+        context=ContextConfig(**(context or {})),
+    )
+
+
+def idealised(
+    drift="geodesic", friction=1.0, temperature=TEMP, dt=0.1, **integrator
+) -> GeodesicDynamics:
+    cfg = config(
         latent_dim=2,
-        drift_correction=False,
-        confinement=1.0,
-        friction=friction,
-        thermostat_temperature=temperature,
-        dt=dt,
         max_norm=1 - 1e-5,
-        drift=drift,
-        prototypes=8,
-        control="linear",
-        **kw,
+        context=dict(prototypes=8),
+        integrator=dict(
+            drift_correction=False,
+            confinement=1.0,
+            friction=friction,
+            thermostat_temperature=temperature,
+            dt=dt,
+            drift=drift,
+            control="linear",
+            **integrator,
+        ),
     )
     torch.manual_seed(0)
     return GeodesicDynamics(4, 1, cfg).double()
@@ -152,7 +168,7 @@ def _wells_energy_error(dt: float, time: float = 40.0) -> tuple[float, float]:
 
 def test_potential_wells_are_conserved_with_the_kinetic_energy():
     """With wells (depths opened, one a bump), T_c = 0, gamma = 0 and no action, the model keeps
-    H = Phi_conf + Phi_w + K (Phi_w from geometry.poincare.gaussian_wells) up to BAOAB's O(h^2)
+    H = Phi_conf + Phi_w + K (Phi_w from geometry.potentials.gaussian_wells) up to BAOAB's O(h^2)
     error: over the same time, halving the step quarters the largest energy error (measured
     0.0174 -> 0.0041 over 40 time units). A force that is not the gradient of the potential it
     claims (a sign or factor error, a non-conservative term) leaves an error that does not
@@ -192,42 +208,52 @@ def test_model_step_is_geometry_baoab_with_the_geodesic_term_once():
 # --------------------------------------------------------------------------- interface
 
 
-def small(**kw) -> GeodesicDynamics:
-    cfg = dict(latent_dim=4, prototypes=12, feature_dim=8, d_k=8, encoder_dim=32)
-    cfg.update(kw)
+def small(head=None, integrator=None, context=None, **top) -> GeodesicDynamics:
+    """A small model: the given sections' keywords over latent 4, d_k 8, 12 prototypes."""
+    cfg = config(
+        latent_dim=4,
+        encoder_dim=32,
+        head={"d_k": 8, **(head or {})},
+        integrator=integrator,
+        context={"prototypes": 12, "feature_dim": 8, **(context or {})},
+        **top,
+    )
     torch.manual_seed(5)
-    return GeodesicDynamics(6, 2, GeodesicConfig(**cfg))
+    return GeodesicDynamics(6, 2, cfg)
 
 
 def test_registered_and_wrapped_by_the_world_model():
     assert "geodesic" in available_dynamics()
-    dyn = build_dynamics("geodesic", 6, 2, GeodesicConfig(latent_dim=4, d_k=8, prototypes=8))
+    dyn = build_dynamics(
+        "geodesic", 6, 2, config(latent_dim=4, head=dict(d_k=8), context=dict(prototypes=8))
+    )
     model = WorldModel(6, 2, dyn)
     s = model.encode(torch.randn(5, 6))
     assert model.reward(s, torch.zeros(5, 2)).shape == (5, 1)
     assert model.decode(model.next(s, torch.zeros(5, 2))).shape == (5, 6)
 
 
-def test_head_features_with_and_without_the_coordinate_momentum():
-    """'full' reads (z, log_0 z, p / lambda, p); 'orthonormal' the same without p; the world
-    model's heads are sized from feature_dim."""
+def test_head_features_are_the_position_and_both_momenta():
+    """The heads read (z, log_0 z, p / lambda, p); the world model's heads are sized from
+    feature_dim."""
     z = ball_points(5, 4, 0.95, seed=7).float()
     p = torch.randn(5, 4)
     lam = poincare.conformal_factor(z)
-    for mode, parts in (("full", [z, poincare.logmap0(z), p / lam, p]), ("orthonormal", None)):
-        dyn = small(head_features=mode)
-        expected = torch.cat(parts if parts else [z, poincare.logmap0(z), p / lam], dim=-1)
-        torch.testing.assert_close(dyn.features(GeodesicState(z, p)), expected)
-        assert dyn.feature_dim == expected.shape[-1]
-        model = WorldModel(6, 2, dyn)
-        assert model.reward(GeodesicState(z, p), torch.zeros(5, 2)).shape == (5, 1)
+    dyn = small()
+    expected = torch.cat([z, poincare.logmap0(z), p / lam, p], dim=-1)
+    torch.testing.assert_close(dyn.features(GeodesicState(z, p)), expected)
+    assert dyn.feature_dim == expected.shape[-1]
+    model = WorldModel(6, 2, dyn)
+    assert model.reward(GeodesicState(z, p), torch.zeros(5, 2)).shape == (5, 1)
 
 
 def test_identity_encoder_decodes_exactly_without_a_decoder_head():
     """Under the identity encoder the latent (z, p) is the observation: the world model decodes
     it exactly (no learned decoder whose error would add to every decoded prediction), and a
     decoded loss trains the dynamics through the state itself. Other encoders keep the head."""
-    dyn = GeodesicDynamics(4, 2, GeodesicConfig(latent_dim=2, encoder="identity", prototypes=8))
+    dyn = GeodesicDynamics(
+        4, 2, config(latent_dim=2, encoder="identity", context=dict(prototypes=8))
+    )
     model = WorldModel(4, 2, dyn)
     assert model._decoder is None
     assert not any("decoder" in name for name, _ in model.named_parameters())
@@ -243,22 +269,6 @@ def test_identity_encoder_decodes_exactly_without_a_decoder_head():
     assert WorldModel(6, 2, small())._decoder is not None
 
 
-def test_radius_penalty_is_the_mean_squared_distance_of_the_encoded_roots():
-    """regularisers: c * mean d_H(0, z_0)^2 over the roots of the stacked rollouts [H + 1, B]
-    (d_H(0, z) = 2 artanh|z|), with a gradient to the encoder; none by default."""
-    obs = torch.randn(5, 6)
-    assert small().regularisers(small().encode(obs), None) == {}
-    dyn = small(radius_penalty=0.3)
-    root = dyn.encode(obs)
-    later = dyn.next(root, torch.zeros(5, 2))
-    stacked = GeodesicState(torch.stack([root.z, later.z]), torch.stack([root.p, later.p]))
-    reg = dyn.regularisers(stacked, None)["radius"]
-    want = 0.3 * (2 * torch.atanh(root.z.norm(dim=-1))).square().mean()
-    torch.testing.assert_close(reg, want)
-    reg.backward()
-    assert dyn.encoder[0].weight.grad.abs().sum() > 0
-
-
 def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
     dyn = small()
     state = dyn.encode(100 * torch.randn(64, 6))  # huge observations: still inside
@@ -270,6 +280,7 @@ def test_encode_lands_in_the_ball_and_next_is_deterministic_when_planning():
     noisy = dyn.next(state, a, stochastic=True)
     assert not torch.equal(noisy.p, one.p)  # the O step samples in training
     assert dyn.features(state).shape == (64, 16)
+    assert dyn.regularisers(state, None) == {}  # no regulariser of its own
 
 
 def test_cached_kick_force_equals_recomputing_it():
@@ -291,12 +302,32 @@ def test_cached_kick_force_equals_recomputing_it():
     torch.testing.assert_close(cached.p, fresh.p)
 
 
-@pytest.mark.parametrize("once", [True, False])
-def test_drift_correction_is_read_once_per_step_or_at_each_half_drift(once):
-    """drift_correction_once: the drift head is evaluated once per step and its output reused by
-    the second half-drift (at that point's conformal factor); False reads it at each half-drift's
-    own start. Recomposed here from the head's forward and the ball's exp map / transport."""
-    dyn = small(drift_correction=True, drift_correction_once=once, friction=0.3).double()
+def test_the_carry_is_explicit_and_dropped_by_copies_and_other_contexts():
+    """next returns the position terms at z' in the state's carry (for the context it used);
+    map-based copies (detach, indexing) start without it, and a step with another context
+    recomputes the terms instead of reusing them."""
+    dyn = small()
+    state = dyn.encode(torch.randn(4, 6))
+    ctx = dyn.context(state)
+    out = dyn.next(state, torch.zeros(4, 2), ctx)
+    assert out.carry.context is ctx
+    torch.testing.assert_close(
+        out.carry.terms.force, dyn.integrator.position_terms(out.z, ctx).force
+    )
+    assert out.detach().carry is None and out[:2].carry is None
+    assert GeodesicState.stack([state, out]).carry is None
+    other = dyn.context(state)
+    a = torch.rand(4, 2)
+    torch.testing.assert_close(
+        dyn.next(out, a, other).p, dyn.next(GeodesicState(out.z, out.p), a, other).p
+    )
+
+
+def test_drift_correction_is_read_once_per_step():
+    """The drift head is evaluated once per step and its output reused by the second half-drift
+    (at that point's conformal factor). Recomposed here from the head's forward and the ball's
+    exp map / transport."""
+    dyn = small(integrator=dict(drift_correction=True, friction=0.3)).double()
     integ = dyn.integrator
     with torch.no_grad():
         integ.drift_head.w_o.weight.normal_(0, 0.5)  # a correction that is not zero
@@ -328,10 +359,10 @@ def test_drift_correction_is_read_once_per_step_or_at_each_half_drift(once):
         first = head(z, p)
         z, p = half_drift(z, p, first)
         p = p * torch.exp(-integ.friction * h)  # the OU mean (planning)
-        z, p = half_drift(z, p, first if once else head(z, p))
+        z, p = half_drift(z, p, first)
         p = p + 0.5 * h * (integ.kick_force(z, ctx)[0] + integ.control_force(z, action))
     hook.remove()
-    assert calls_in_step == (1 if once else 2)
+    assert calls_in_step == 1
     torch.testing.assert_close(out.z, z)
     torch.testing.assert_close(out.p, p)
 
@@ -361,7 +392,7 @@ def test_consistency_loss_is_the_distance_and_the_transported_velocity_error():
 
 
 def test_history_window_adds_texture_entries():
-    dyn = small(window=4)
+    dyn = small(context=dict(window=4))
     state = dyn.encode(torch.randn(8, 6))
     hist = dyn.encode(torch.randn(8 * 4, 6))
     history = GeodesicState(hist.z.view(8, 4, -1), hist.p.view(8, 4, -1))
@@ -375,12 +406,9 @@ def test_history_window_adds_texture_entries():
 
 def test_gradients_reach_every_parameter():
     dyn = small(
-        window=3,
-        chirality=0.5,
-        learned_thermostat=True,
-        attention_temperature="calibrated",
-        drift_correction=True,
-        potential_wells=3,
+        context=dict(window=3),
+        head=dict(chirality=0.5),
+        integrator=dict(learned_thermostat=True, drift_correction=True, potential_wells=3),
     )
     obs = torch.randn(8, 6)
     state = dyn.encode(obs)
@@ -401,7 +429,7 @@ def test_gradients_reach_every_parameter():
 
 
 def test_finite_values_and_gradients_near_the_boundary():
-    dyn = small(max_norm=1 - 1e-5, window=2, potential_wells=2)
+    dyn = small(max_norm=1 - 1e-5, context=dict(window=2), integrator=dict(potential_wells=2))
     z = poincare.project(torch.randn(16, 4), 1 - 1e-5)  # on the cap
     p = 1e3 * torch.randn(16, 4)
     state = GeodesicState(z.requires_grad_(True), p.requires_grad_(True))
@@ -417,18 +445,21 @@ def test_finite_values_and_gradients_near_the_boundary():
 
 
 def test_invalid_config_is_one_clear_error():
-    for bad in (
-        dict(latent_dim=0),
-        dict(d_k=12),
-        dict(drift="flat"),
-        dict(max_norm=1.0),
-        dict(friction=-1.0),
-        dict(wilson="cubic"),
-        dict(encoder="cnn"),
-        dict(head_features="raw"),
+    """Each section validates itself, and its errors name GeodesicConfig.<section>.<field>."""
+    for bad, match in (
+        (dict(latent_dim=0), "GeodesicConfig.latent_dim must be"),
+        (dict(head=dict(d_k=12)), "GeodesicConfig.head.d_k = 12 must be a multiple"),
+        (dict(integrator=dict(drift="flat")), "GeodesicConfig.integrator.drift must be one of"),
+        (dict(max_norm=1.0), "GeodesicConfig.max_norm must lie in"),
+        (dict(integrator=dict(friction=-1.0)), "GeodesicConfig.integrator.friction must be"),
+        (dict(head=dict(wilson="cubic")), "GeodesicConfig.head.wilson must be one of"),
+        (dict(head=dict(string_tension=(1.0,))), "GeodesicConfig.head.string_tension needs"),
+        (dict(context=dict(window=-1)), "GeodesicConfig.context.window must be"),
+        (dict(encoder="cnn"), "GeodesicConfig.encoder must be one of"),
     ):
-        with pytest.raises(ValueError, match="GeodesicConfig|CovariantAttentionConfig"):
-            GeodesicConfig(**bad)
+        with pytest.raises(ValueError, match=match) as err:
+            config(**bad)
+        assert "\n" not in str(err.value)
 
 
 def test_prototypes_stay_in_the_ball_under_riemannian_adam():
@@ -453,7 +484,9 @@ def test_prototypes_stay_in_the_ball_under_riemannian_adam():
 @pytest.mark.parametrize("attention", ["inverse_distance", "krr"])
 def test_every_attention_kernel_drives_the_model(attention):
     """--attention: the heads read their banks with covariant softmax, HIDA or KRR (issue 7)."""
-    dyn = small(attention=attention, window=2, drift_correction=True)
+    dyn = small(
+        head=dict(kernel=attention), context=dict(window=2), integrator=dict(drift_correction=True)
+    )
     state = dyn.encode(torch.randn(8, 6))
     hist = dyn.encode(torch.randn(16, 6))
     ctx = dyn.context(state, history=GeodesicState(hist.z.view(8, 2, -1), hist.p.view(8, 2, -1)))
@@ -471,7 +504,7 @@ def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
     included) and rolls out N samples with it."""
     from world_model.model import WorldModel
 
-    dyn = small(window=2)
+    dyn = small(context=dict(window=2))
     model = WorldModel(6, 2, dyn)
     root = model.encode(torch.randn(1, 6))
     ctx = model.context(root, torch.randn(2, 1, 6), torch.ones(2, 1, dtype=torch.bool))
@@ -481,12 +514,12 @@ def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
 
 
 def test_a_plan_root_kicks_once_and_its_expanded_samples_reuse_it():
-    """The context built from a root of batch 1 caches the root's kick; `expand` carries it to
-    every sample, and the step equals recomputing the kick per sample."""
-    dyn = small(window=2)
+    """The context built from a root of batch 1 puts the root's kick in its carry; `expand`
+    carries it to every sample, and the step equals recomputing the kick per sample."""
+    dyn = small(context=dict(window=2))
     root = dyn.encode(torch.randn(1, 6))
     ctx = dyn.context(root)
-    assert root._step_cache[0] is ctx
+    assert isinstance(root.carry, StepCarry) and root.carry.context is ctx
     calls = []
     original = dyn.integrator.kick_force
 
@@ -510,7 +543,11 @@ def test_closed_form_kick_equals_autograd_in_rollouts_and_their_gradients():
     a loss on it (the closed form is differentiated once, autograd's gradient twice)."""
     results = []
     for mode in ("autograd", "closed_form"):
-        dyn = small(window=3, chirality=0.5, potential_gradient=mode, drift_correction=True)
+        dyn = small(
+            context=dict(window=3),
+            head=dict(chirality=0.5),
+            integrator=dict(potential_gradient=mode, drift_correction=True),
+        )
         dyn = dyn.double()
         with torch.no_grad():
             for head in dyn.integrator.heads():
@@ -522,7 +559,7 @@ def test_closed_form_kick_equals_autograd_in_rollouts_and_their_gradients():
         history = GeodesicState(hist.z.view(8, 3, -1), hist.p.view(8, 3, -1))
         ctx = dyn.context(state, history=history, value_grad=0.5 * state.z.detach())
         torch.manual_seed(0)
-        s = GeodesicState(state.z, state.p)  # drop the context's cache: both modes kick here
+        s = GeodesicState(state.z, state.p)  # no carry: both modes kick here
         for t in range(3):
             s = dyn.next(
                 s, torch.full((8, 2), 0.3 * t - 0.2, dtype=torch.float64), ctx, stochastic=True
@@ -538,3 +575,114 @@ def test_closed_form_kick_equals_autograd_in_rollouts_and_their_gradients():
             assert c is None or not c.abs().max() > 0
         else:
             torch.testing.assert_close(c, a, rtol=1e-8, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- config layout
+
+# The flat [dynamics] table of an older run folder's config.json: the defaults of the flat
+# GeodesicConfig at commit 1468b72 (world_model/geodesic.py), written out literally.
+OLD_FLAT_DYNAMICS = {
+    "latent_dim": 16,
+    "encoder": "mlp",
+    "encoder_dim": 128,
+    "encoder_layers": 1,
+    "activation": "silu",
+    "max_norm": 0.999,
+    "dt": 1.0,
+    "prototypes": 64,
+    "feature_dim": 16,
+    "window": 4,
+    "d_k": 16,
+    "n_colors": 2,
+    "g_s": 1.0,
+    "wilson": "exp",
+    "segments": 8,
+    "attention": "softmax",
+    "attention_temperature": "metric",
+    "christoffel": "poincare",
+    "string_tension": [1.0, 0.01],
+    "chirality": 0.0,
+    "value_gradient": True,
+    "force": "potential",
+    "potential_gradient": "closed_form",
+    "drift_correction": True,
+    "drift_correction_once": True,
+    "drift": "geodesic",
+    "friction": 0.1,
+    "thermostat_temperature": 0.001,
+    "learned_thermostat": False,
+    "confinement": 0.1,
+    "potential_wells": 0,
+    "well_width": 0.5,
+    "radius_penalty": 0.0,
+    "control": "mlp",
+    "prototype_init_scale": 0.7,
+    "head_features": "full",
+}
+
+
+def test_an_old_flat_dynamics_table_migrates_to_the_sections_and_the_same_config():
+    nested = migrate_flat_dynamics(OLD_FLAT_DYNAMICS)
+    assert set(nested) == {
+        "latent_dim", "encoder", "encoder_dim", "encoder_layers", "activation", "max_norm",
+        "head", "integrator", "context",
+    }  # fmt: skip
+    assert nested["head"]["kernel"] == "softmax" and nested["head"]["temperature"] == "metric"
+    assert "attention" not in nested["head"] and nested["context"]["window"] == 4
+    assert nested["integrator"]["drift_correction"] is True and nested["integrator"]["dt"] == 1.0
+    removed = ("head_features", "radius_penalty", "drift_correction_once")
+    tables = [nested["head"], nested["integrator"], nested["context"]]
+    assert not any(key in nested or key in table for table in tables for key in removed)
+    built = config(**nested)
+    assert built == GeodesicConfig()  # the old defaults are today's
+    assert OLD_FLAT_DYNAMICS["d_k"] == 16  # the input is left alone
+    assert "head" not in OLD_FLAT_DYNAMICS
+
+    # already nested: unchanged; a half-nested table is merged into its sections
+    assert migrate_flat_dynamics(nested) == nested
+    assert migrate_flat_dynamics({"latent_dim": 8, "head": {"wilson": "exp"}}) == {
+        "latent_dim": 8,
+        "head": {"wilson": "exp"},
+    }
+    assert migrate_flat_dynamics({"d_k": 8, "head": {"wilson": "exp"}}) == {
+        "head": {"d_k": 8, "wilson": "exp"}
+    }
+    assert migrate_flat_dynamics({}) == {}
+    assert migrate_flat_dynamics({"radius_penalty": 0}) == {}  # the kept value: dropped
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("head_features", "orthonormal"),
+        ("radius_penalty", 0.01),
+        ("drift_correction_once", False),
+        ("drift_correction_once", 1),
+        ("attention_temperature", "calibrated"),
+    ],
+)
+def test_removed_options_other_than_their_kept_value_are_refused_in_one_line(key, value):
+    with pytest.raises(ValueError, match=rf"{key} = .* was removed") as err:
+        migrate_flat_dynamics({**OLD_FLAT_DYNAMICS, key: value})
+    assert "\n" not in str(err.value)
+
+
+def test_every_setting_has_one_default():
+    """The heads' options are HeadOptions with its own defaults (the geodesic model's), a head
+    built with no options gets them, every section is constructible with no arguments, and the
+    model's heads share one options object."""
+    import dataclasses
+
+    from world_model.attention.covariant import CovariantAttentionConfig, HeadOptions
+
+    assert dataclasses.asdict(GeodesicConfig().head) == dataclasses.asdict(HeadOptions())
+    assert CovariantAttentionConfig(1, 1, 1, 1, 1).options == HeadOptions()
+    for cls in (GeodesicConfig, GeodesicHeadOptions, IntegratorConfig, ContextConfig):
+        cls()
+    flat_names = {f.name for f in dataclasses.fields(GeodesicConfig)}
+    for section in (HeadOptions, IntegratorConfig, ContextConfig):
+        assert not flat_names & {f.name for f in dataclasses.fields(section)}
+    dyn = small(integrator=dict(learned_thermostat=True))
+    assert all(h.config.options is dyn.config.head for h in dyn.integrator.heads())
+    assert dyn.integrator.kick_head.config.query_level == 0
+    assert dyn.integrator.drift_head.config.query_level == 1

@@ -16,21 +16,24 @@ from torch.distributions.transforms import TanhTransform
 
 from world_model.gru import GRUConfig, GRUDynamics
 from world_model.model import EnsembleLinear, LatentState, WorldModel, WorldModelConfig, simnorm
-from world_model.registry import available_dynamics, build_dynamics, get_dynamics
+from world_model.registry import (
+    BUILTIN_DYNAMICS,
+    available_dynamics,
+    build_dynamics,
+    dynamics_names,
+    get_dynamics,
+    register_dynamics,
+)
 from world_model.training import (
     LossConfig,
     RunningScale,
     SequenceBatch,
     discount_for_episode_length,
     policy_loss,
-    soft_cross_entropy,
-    symexp,
-    symlog,
     td_target,
-    two_hot,
-    two_hot_inv,
     world_model_loss,
 )
+from world_model.twohot import soft_cross_entropy, symexp, symlog, two_hot, two_hot_inv
 
 OBS, ACT = 3, 2
 
@@ -322,6 +325,18 @@ def test_latent_state_batching_operations():
     assert not g.detach().z.requires_grad
 
 
+def test_carried_values_are_declared_fields_that_new_states_start_without():
+    """feature_cache is a declared carried field: not a tensor of the state (tensors, stack,
+    cat ignore it), and every state built from the tensors (map: detach, to, indexing, expand)
+    starts without it."""
+    s = ZPState(torch.ones(3, 2), torch.zeros(3, 2))
+    assert len(s.tensors()) == 2 and s.feature_cache is None
+    s.feature_cache = (True, torch.ones(3, 4))
+    for copy in (s.detach(), s.to("cpu"), s[:2], s.expand(3), ZPState.stack([s, s]), s.repeat(2)):
+        assert copy.feature_cache is None
+    assert ZPState(s.z, s.p) == s  # equality reads the tensors' identity only, not the cache
+
+
 # ----------------------------------------------------------------------- registry
 
 
@@ -335,6 +350,21 @@ def test_registry_lists_and_builds_the_gru():
         get_dynamics("nope")
     with pytest.raises(TypeError, match="GRUConfig"):
         build_dynamics("gru", 3, 1, WorldModelConfig())
+
+
+def test_builtin_dynamics_are_an_explicit_table_that_plugins_cannot_take():
+    """The built-ins are listed without importing their modules, resolved from the table on
+    first use, and a plug-in cannot register under a built-in's name."""
+    assert {"gru", "geodesic"} <= set(dynamics_names())
+    entry = BUILTIN_DYNAMICS["geodesic"]
+    spec = get_dynamics("geodesic")
+    assert spec.dynamics_cls.__name__ == entry.dynamics == "GeodesicDynamics"
+    assert spec.config_cls.__name__ == entry.config and spec.description == entry.description
+    with pytest.raises(ValueError, match="already registered by the built-in"):
+
+        @register_dynamics("gru", GRUConfig)
+        class Other(GRUDynamics):
+            pass
 
 
 @pytest.mark.parametrize(

@@ -1,1 +1,2 @@
-"""Context providers: HIDA episodic memory and the prototype pool (DMG genesis, GSR routing)."""
+"""Context providers of the geodesic world model: the prototype pool (macro level, prototypes.py)
+and the recent trajectory window (texture level, window.py)."""

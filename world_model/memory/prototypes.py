@@ -2,13 +2,14 @@
 
 Each prototype has a position c_j in the ball (a geoopt ManifoldParameter on PoincareBall, so
 Riemannian Adam keeps it inside: plain Adam pushed prototypes out of the disk in the feasibility
-study, DESIGN.md) and, per head kind, its own learned key and value features: a force bank read by
-the kick heads (seed 003 Prop 101: keys as a gradient bank, values as force vectors) and a
-correction bank read by the drift heads (Prop 102: values as displacement corrections). Prototypes
-are macro entries (level 0, colour-neutral, exempt from area-law screening; DESIGN.md "Levels").
+study, docs/architecture.md) and, per head kind, its own learned key and value features: a force
+bank read by the kick heads (seed 003 Prop 101: keys as a gradient bank, values as force vectors)
+and a correction bank read by the drift heads (Prop 102: values as displacement corrections).
+Prototypes are macro entries (level 0, colour-neutral, exempt from area-law screening;
+docs/architecture.md, screening levels).
 
-Growing the pool (DMG genesis) and routing to a top-K subset (GSR) are later providers built on the
-same banks.
+The pool has a fixed size: growing it (seed 000's DMG genesis) and routing to a top-K subset
+(GSR) are not built.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The recent trajectory window: texture-level context entries (DESIGN.md, "Levels for screening").
+"""The recent trajectory window: texture-level context entries (docs/architecture.md, screening
+levels).
 
 The latent states of the last W environment steps before a rollout's root become context entries
 at their own positions in the ball, with learned key/value features of (log_0 z, p / lambda(z)).

@@ -1,0 +1,222 @@
+"""GeodesicDynamics: the geodesic world model's latent dynamics (plugs into
+world_model.model.WorldModel; registered as "geodesic" in world_model/registry.py). Latent state
+(z, p) in the Poincare ball; one `next` is one GeodesicCrossAttention step, whose closing-kick
+position terms travel with the returned state as an explicit carry (GeodesicState.carry) and
+serve the next step's opening kick."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from geometry import poincare
+from world_model.memory.prototypes import PrototypeConfig, PrototypePool
+from world_model.memory.window import TrajectoryWindow, state_features
+from world_model.model import Dynamics, LatentState, carried, mlp
+
+from . import reports
+from .config import TEXTURE, GeodesicConfig
+from .context import GeodesicContext, build_context
+from .integrator import GeodesicCrossAttention, PositionTerms
+
+__all__ = ["StepCarry", "GeodesicState", "GeodesicDynamics"]
+
+
+class StepCarry(NamedTuple):
+    """What a step hands to the next: the position terms at its end point (the closing kick's,
+    which are the next opening kick's) and the context they were computed with (they are reused
+    only by a step with that same context)."""
+
+    context: GeodesicContext
+    terms: PositionTerms
+
+
+@dataclass
+class GeodesicState(LatentState):
+    z: Tensor  # [B, d] position in the Poincare ball
+    p: Tensor  # [B, d] momentum covector at z
+    carry: StepCarry | None = carried()  # position terms at z (world_model.model.carried)
+
+    def expand(self, n: int) -> GeodesicState:
+        """A batch of 1 viewed as n, with its carry (the position terms at z) viewed as n too: a
+        planner that expands its root to n samples then pays for the root's kick once, not n
+        times per iteration."""
+        out = super().expand(n)
+        if self.carry is not None:
+            ctx, terms = self.carry
+            out.carry = StepCarry(
+                ctx,
+                PositionTerms(*(None if t is None else t.expand(n, *t.shape[1:]) for t in terms)),
+            )
+        return out
+
+
+class GeodesicDynamics(Dynamics):
+    """The geodesic world model's latent dynamics (module docstring; world_model/geodesic)."""
+
+    state_type = GeodesicState
+
+    def __init__(self, obs_dim: int, action_dim: int, config: GeodesicConfig | None = None):
+        super().__init__()
+        cfg = config or GeodesicConfig()
+        self.config = cfg
+        d = cfg.latent_dim
+        self.feature_dim = 4 * d  # see features()
+        if cfg.encoder == "identity" and obs_dim != 2 * d:
+            raise ValueError(
+                f"GeodesicConfig.encoder='identity' needs obs_dim = 2 * latent_dim = {2 * d}, "
+                f"got obs_dim = {obs_dim}"
+            )
+        if cfg.encoder == "identity":
+            self.encoder = nn.Identity()
+        elif cfg.encoder == "mlp":
+            self.encoder = mlp(
+                obs_dim, [cfg.encoder_dim] * cfg.encoder_layers, 2 * d, cfg.activation
+            )
+        else:
+            self.encoder = nn.Linear(obs_dim, 2 * d)
+        banks = cfg.context
+        self.prototypes = PrototypePool(
+            d, PrototypeConfig(banks.prototypes, banks.feature_dim, banks.prototype_init_scale)
+        )
+        self.window = TrajectoryWindow(d, banks.feature_dim, TEXTURE) if banks.window > 0 else None
+        self.history_length = banks.window  # the agent hands the last `window` observations
+        self.uses_value_gradient = banks.value_gradient  # and its value estimate, for chirality
+        # the identity encoder's latent (z, p) is the observation: decoded exactly, no head
+        self.exact_observation = cfg.encoder == "identity"
+        self.integrator = GeodesicCrossAttention(cfg, action_dim)
+
+    # ------------------------------------------------------------------ interface
+
+    # ------------------------------------------------------------------ interface
+
+    def encode(self, obs: Tensor) -> GeodesicState:
+        if obs.dim() != 2:
+            raise ValueError(f"GeodesicDynamics.encode expects obs [B, O], got {tuple(obs.shape)}")
+        u, m = self.encoder(obs).chunk(2, dim=-1)  # [B, d] each
+        if self.config.encoder == "identity":
+            return GeodesicState(poincare.project(u, self.config.max_norm), m)
+        if self.config.encoder == "mlp":
+            z = poincare.expmap0(u)
+            z = poincare.project(z, self.config.max_norm)
+            return GeodesicState(z, poincare.conformal_factor(z) * m)
+        return GeodesicState(poincare.project(u, self.config.max_norm), m)
+
+    def observation(self, state: GeodesicState) -> Tensor:
+        """(z, p) [B, 2d]: the observation itself under the identity encoder (exact_observation;
+        the encoder only projects z into the ball)."""
+        return torch.cat([state.z, state.p], dim=-1)
+
+    def context(
+        self,
+        state: GeodesicState,
+        history: GeodesicState | None = None,
+        history_mask: Tensor | None = None,
+        value_grad: Tensor | None = None,
+        value_fn: Callable[[GeodesicState], Tensor] | None = None,
+    ) -> GeodesicContext:
+        """Banks for one rollout (context.build_context): prototypes (macro) plus, given
+        `history` [B, W] (oldest first) with `history_mask` [B, W], the recent trajectory window
+        (texture). The chiral projector's direction comes from `value_grad` [B, d], or from
+        grad_z V at the root state when the agent passes its value estimate `value_fn` (seed 003
+        Def 285: n = P grad V); the direction is an input to the heads, computed once per rollout
+        and not trained through. A root of batch 1 (a plan's) gets its position terms computed
+        here, once, and stored in its carry (`state.carry`), shared by every sample it is
+        expanded to."""
+        if value_grad is None and value_fn is not None:
+            value_grad = self._value_gradient(state, value_fn)
+        context = build_context(
+            self.integrator,
+            self.prototypes,
+            self.window,
+            None if history is None else history.z,
+            None if history is None else history.p,
+            history_mask,
+            value_grad,
+        )
+        if state.z.shape[0] == 1:  # a planning root: its kick once, shared by every sample
+            state.carry = StepCarry(context, self.integrator.position_terms(state.z, context))
+        return context
+
+    def _value_gradient(
+        self, state: GeodesicState, value_fn: Callable[[GeodesicState], Tensor]
+    ) -> Tensor:
+        """grad_z V(z, p) at the rollout's root, detached: [B, d]."""
+        with torch.enable_grad():
+            z = state.z.detach().requires_grad_(True)
+            value = value_fn(GeodesicState(z, state.p.detach()))
+            (grad,) = torch.autograd.grad(value.sum(), z)
+        return grad.detach()
+
+    def next(
+        self,
+        state: GeodesicState,
+        action: Tensor,
+        context: Any = None,
+        *,
+        stochastic: bool = False,
+    ) -> GeodesicState:
+        """One GeodesicCrossAttention step; the state's carry is used when it was computed with
+        this context, and the returned state carries the position terms at its end point."""
+        ctx = context if context is not None else self.context(state)
+        carry = state.carry
+        terms = carry.terms if carry is not None and carry.context is ctx else None
+        z, p, terms = self.integrator(
+            state.z, state.p, action, ctx, stochastic=stochastic, carry=terms
+        )
+        return GeodesicState(z, p, carry=StepCarry(ctx, terms))
+
+    @torch.no_grad()
+    def node_reports(
+        self,
+        batch: Any = None,
+        value_fn: Callable[[GeodesicState], Tensor] | None = None,
+        max_states: int = 64,
+    ) -> tuple[list[Any], GeodesicState]:
+        """Seed 003's nodes 67-70 on the model's heads (reports.node_reports; agent/diagnose.py
+        calls this). Returns (reports, the query states)."""
+        return reports.node_reports(self, batch, value_fn, max_states)
+
+    def diagnostics(
+        self,
+        batch: Any,
+        value_fn: Callable[[GeodesicState], Tensor] | None = None,
+        max_states: int = 64,
+    ) -> tuple[dict[str, float], dict[str, Tensor]]:
+        """Scalars and histograms for TensorBoard (reports.diagnostics)."""
+        return reports.diagnostics(self, batch, value_fn, max_states)
+
+    def report_scalars(
+        self, node_reports: list[Any], state: GeodesicState
+    ) -> tuple[dict[str, float], dict[str, Tensor]]:
+        """`diagnostics` of reports from `node_reports` (nodes computed once)."""
+        return reports.report_scalars(self, node_reports, state)
+
+    def features(self, state: GeodesicState) -> Tensor:
+        """(z, log_0 z, p / lambda(z), p) [B, 4d]: the position as a ball point and as a tangent
+        vector at the origin, the momentum in an orthonormal frame and in coordinates (so a
+        linear read-out can recover an observed momentum)."""
+        return torch.cat([state_features(state.z, state.p), state.p], dim=-1)
+
+    def consistency_loss(self, predicted: GeodesicState, target: GeodesicState) -> Tensor:
+        """d_H(z, z*)^2 + lambda(z*)^2 |P_{z->z*} v - v*|^2 per sample, divided by d: hyperbolic
+        distance of the positions and the metric norm of the velocity error at the target, after
+        transporting the predicted velocity there (v = G^-1 p; poincare.
+        transported_velocity_error). [B]."""
+        zp, zt = predicted.z, target.z
+        vel2 = poincare.transported_velocity_error(zp, predicted.p, zt, target.p)  # [B]
+        return (poincare.dist(zp, zt).square() + vel2) / zp.shape[-1]
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        return {
+            "encoder": list(self.encoder.parameters()),
+            "dynamics": [
+                *self.prototypes.parameters(),
+                *(self.window.parameters() if self.window is not None else []),
+                *self.integrator.parameters(),
+            ],
+        }

@@ -1,0 +1,316 @@
+"""GeodesicCrossAttention: one Boris-BAOAB step of the geodesic world model written as covariant
+attention heads (seed 003 Def 287, docs/seed_map.md; the composition is
+geometry.langevin.baoab, with the substeps below passed in).
+
+- Kick (Prop 101): the kick head's force (-grad Phi of its scalar read-out, or a force field),
+  the known confining force and optional Gaussian wells (geometry.potentials), and the control
+  force. The position-only part is PositionTerms, carried from a step's closing kick to the next
+  step's opening kick.
+- Drift (Prop 102): the exact geodesic flow with the drift head's velocity correction.
+- O: exact OU with a learned friction, plus an optional learned thermostat head.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from geometry import langevin, poincare, potentials
+from world_model.attention.context import ContextBank
+from world_model.attention.covariant import CovariantAttention, CovariantQueries
+from world_model.memory.prototypes import ball_points_parameter
+from world_model.memory.window import position_features, state_features
+from world_model.model import mlp
+
+from .config import MACRO, TEXTURE, GeodesicConfig
+from .context import GeodesicContext
+
+__all__ = ["PositionTerms", "GeodesicCrossAttention"]
+
+
+class PositionTerms(NamedTuple):
+    """What a kick at z computes that does not depend on the action, shared by a step's closing
+    kick and the next step's opening kick and first drift (GeodesicCrossAttention.
+    position_terms)."""
+
+    force: Tensor  # [B, d] F_attn + F_conf
+    lines: Tensor  # [B, r, r] Wilson lines U_{z->0}
+    gain: Tensor | None  # [B, d * A] control gain M(z) (None: linear control)
+    features: Tensor  # [B, 2d] (z, log_0 z)
+
+
+class GeodesicCrossAttention(nn.Module):
+    """One Boris-BAOAB step as attention heads (module docstring). Holds the kick head, the drift
+    head, the control map, the confinement and thermostat parameters."""
+
+    def __init__(self, config: GeodesicConfig, action_dim: int):
+        super().__init__()
+        cfg = self.config = config
+        step = cfg.integrator
+        d = cfg.latent_dim
+        self.kick_head = CovariantAttention(
+            cfg.head_config(
+                query_features=2 * d, query_level=MACRO, d_out=1 if step.force == "potential" else d
+            )
+        )
+        nn.init.zeros_(self.kick_head.w_o.weight)  # start from the confining + control forces
+        self.drift_head = CovariantAttention(
+            cfg.head_config(query_features=3 * d, query_level=TEXTURE, velocity=True)
+        )
+        nn.init.zeros_(self.drift_head.w_o.weight)  # start from the exact geodesic flow
+        self.action_dim = action_dim
+        self.control_linear = nn.Linear(action_dim, d, bias=False)
+        self.control_mlp = (  # state-dependent gain M(z): [B, d * A]
+            mlp(2 * d, [64], d * action_dim, cfg.activation) if step.control == "mlp" else None
+        )
+        if self.control_mlp is not None:
+            nn.init.zeros_(self.control_mlp[-1].weight)
+            nn.init.zeros_(self.control_mlp[-1].bias)
+        self.confinement_raw = nn.Parameter(torch.tensor(math.sqrt(step.confinement)))
+        if step.potential_wells > 0:  # Phi_w: flat at the start (depths 0)
+            k = step.potential_wells
+            self.well_centres = ball_points_parameter(
+                k, d, cfg.context.prototype_init_scale, cfg.max_norm
+            )  # [K, d], spread like the prototypes
+            self.well_depths = nn.Parameter(torch.zeros(k))
+            self.well_widths_raw = nn.Parameter(torch.full((k,), math.log(step.well_width)))
+        self.friction_raw = nn.Parameter(torch.tensor(float(step.friction)))
+        self.thermostat_head = (
+            CovariantAttention(cfg.head_config(query_features=2 * d, query_level=MACRO))
+            if step.learned_thermostat
+            else None
+        )
+        # One gauge connection for the latent space, shared by every head: the Wilson line of a
+        # point is then one line, computed once and used by each head evaluated there.
+        for head in self.heads()[1:]:
+            head.connection_c0 = self.kick_head.connection_c0
+            head.connection_c1 = self.kick_head.connection_c1
+
+    def heads(self) -> list[CovariantAttention]:
+        return [h for h in (self.kick_head, self.drift_head, self.thermostat_head) if h is not None]
+
+    def lines(self, z: Tensor) -> Tensor:
+        """U_{z->0} of the shared connection: z [..., d] -> [..., r, r]."""
+        return self.kick_head.lines_to_origin(z)
+
+    # ------------------------------------------------------------------ physical parameters
+
+    @property
+    def confinement(self) -> Tensor:
+        return self.confinement_raw.square()
+
+    @property
+    def friction(self) -> Tensor:
+        """gamma = relu(raw): zero is reached exactly, and then stays (a conservative system is
+        learned as exactly conservative; raw^2 only approaches 0, and the leftover 3e-3 cost 47% of
+        the energy over 1000 steps on the disk)."""
+        return torch.relu(self.friction_raw)
+
+    def ou_coefficients(self) -> tuple[Tensor, Tensor]:
+        return langevin.ou_coefficients(
+            self.friction, self.config.integrator.dt, self.config.integrator.thermostat_temperature
+        )
+
+    # ------------------------------------------------------------------ forces
+
+    def position_terms(self, z: Tensor, context: GeodesicContext) -> PositionTerms:
+        """Everything a kick at z [B, d] needs that does not depend on the action (PositionTerms).
+        A step's closing kick and the next step's opening kick (and first drift) sit at the
+        same z, so a rollout computes these once per step: forward returns them as the carry
+        for the next step (GeodesicDynamics.next hands it on in GeodesicState.carry). The kick
+        head, the control MLP and the drift head's queries read the same features
+        (z, log_0 z), and the kick's gradient through log_0 reuses its Jacobian."""
+        jacobian = poincare.logmap0_jacobian(z)  # log_0 z = f z
+        features = torch.cat([z, jacobian[0] * z], dim=-1)  # position_features(z) [B, 2d]
+        force, lines = self.kick_force(z, context, features, jacobian)
+        gain = self.control_mlp(features) if self.control_mlp is not None else None
+        return PositionTerms(force, lines, gain, features)
+
+    def kick_force(
+        self,
+        z: Tensor,
+        context: GeodesicContext,
+        features: Tensor | None = None,
+        jacobian: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The position-only part of the kick at z, F_attn + F_conf, and the Wilson lines at z
+        (both reused by the next step's opening kick and drift). z [B, d] -> ([B, d], [B, r, r]).
+
+        force = 'potential': F_attn = -grad_z Phi(z), Phi the kick head's scalar read-out of the
+        query features (z, log_0 z); in closed form (potential_gradient = 'closed_form', chained
+        through log_0 by geometry.poincare.logmap0_vjp) or by autograd, both with create_graph
+        while training, so parameters learn through the gradient (under no_grad, e.g. planning,
+        nothing is kept). force = 'field': F_attn = lambda(z) * head output (an orthonormal-
+        frame force vector). `features`: the query features (z, log_0 z) when already computed,
+        `jacobian`: poincare.logmap0_jacobian(z) when already computed.
+        """
+        cfg = self.config
+        if cfg.integrator.force == "field":
+            lines = self.lines(z)
+            out = self._kick_head_output(z, context, lines)  # [B, d] orthonormal frame
+            force = poincare.conformal_factor(z) * out
+        elif (
+            cfg.integrator.potential_gradient == "closed_form"
+            and self.kick_head.has_closed_form_gradient()
+        ):
+            _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(
+                self._kick_queries(z, context, features), context.force
+            )
+            d = z.shape[-1]  # chain rule through the features (z, log_0 z) of _kick_queries
+            force = -(grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:], jacobian))
+        else:
+            training = torch.is_grad_enabled()
+            with torch.enable_grad():
+                zq = z if (training and z.requires_grad) else z.detach().requires_grad_(True)
+                lines = self.lines(zq)
+                phi = self._kick_head_output(zq, context, lines)  # [B, 1]
+                (grad,) = torch.autograd.grad(phi.sum(), zq, create_graph=training)
+            force = -grad
+            if not training:
+                force, lines = force.detach(), lines.detach()
+        force = force + self.confinement * potentials.confining_force(z)
+        if self.config.integrator.potential_wells > 0:
+            force = force + self.wells(z)[1]
+        return force, lines
+
+    def wells(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """The potential wells Phi_w at z [B, d] and their force: ([B], [B, d])."""
+        centres = self.well_centres.as_subclass(Tensor)  # plain tensor: no geoopt dispatch
+        return potentials.gaussian_wells(z, centres, self.well_depths, self.well_widths_raw.exp())
+
+    def _kick_queries(
+        self, z: Tensor, context: GeodesicContext, features: Tensor | None = None
+    ) -> CovariantQueries:
+        """The kick head's queries at z [B, d]: features (z, log_0 z) [B, 2d]."""
+        if features is None:
+            features = position_features(z)
+        return CovariantQueries.unchecked(  # the model's own states: inside the ball
+            positions=z,
+            features=features,
+            chiral=context.chiral_for(self.kick_head),
+        )
+
+    def _kick_head_output(self, z: Tensor, context: GeodesicContext, lines: Tensor) -> Tensor:
+        out, _ = self.kick_head(self._kick_queries(z, context), context.force, lines)
+        return out
+
+    def control_force(self, z: Tensor, action: Tensor, gain: Tensor | None = None) -> Tensor:
+        """F_ctrl(z, a) = (W + M(z)) a: a covector [B, d], control-affine, so it is exactly zero
+        without action (an action-free rollout feels the learned force field only). `gain`:
+        M(z) [B, d * A] when already computed (position_terms)."""
+        force = self.control_linear(action)
+        if self.control_mlp is not None:
+            if gain is None:
+                gain = self.control_mlp(position_features(z))
+            force = force + (
+                gain.unflatten(-1, (-1, self.action_dim)) @ action.unsqueeze(-1)
+            ).squeeze(-1)
+        return force
+
+    # ------------------------------------------------------------------ drift and thermostat
+
+    def drift(
+        self,
+        z: Tensor,
+        p: Tensor,
+        t: float,
+        context: GeodesicContext,
+        lines: Tensor | None = None,
+        correction: Tensor | None = None,
+        point_features: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """A step for time t: z' = exp_z(t (v + delta)), v' = P_{z->z'} v, p' = G(z') v'.
+        delta = 0 (no correction) is the exact geodesic flow of K = 1/2 p^T G^-1 p.
+        delta = out / lambda(z), `out` [B, d] the drift head's output in the orthonormal frame
+        at z; a given `correction` is used as `out` instead of reading the head.
+        `point_features`: (z, log_0 z) [B, 2d] when already computed (PositionTerms).
+        Returns (z', p', out) (out None without drift correction)."""
+        cfg = self.config
+        if cfg.integrator.drift_correction and correction is None:
+            v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
+            queries = CovariantQueries.unchecked(
+                positions=z,
+                features=state_features(z, p, point_features),
+                velocity=v,
+                chiral=context.chiral_for(self.drift_head),
+            )
+            lines = self.lines(z) if lines is None else lines
+            correction, _ = self.drift_head(queries, context.correction, lines)  # [B, d]
+        if (
+            cfg.integrator.drift == "euclidean"
+        ):  # the seed listing's step: no geodesic term (ablation)
+            step = p * poincare.inverse_metric_factor(z)
+            if correction is not None:
+                step = step + correction / poincare.conformal_factor(z)
+            return poincare.project(z + t * step, cfg.max_norm), p, correction
+        z_new, p_new = poincare.geodesic_drift(z, p, t, correction, cfg.max_norm)
+        return z_new, p_new, correction
+
+    def thermostat(
+        self, z: Tensor, p: Tensor, context: GeodesicContext, stochastic: bool
+    ) -> Tensor:
+        """O step: exact OU p <- c1 p + c2 lambda(z) xi (its mean c1 p when not stochastic), plus
+        the optional learned residual read from a bank of fresh noise vectors (zero mean)."""
+        c1, c2 = context.ou if context.ou is not None else self.ou_coefficients()
+        xi = torch.randn_like(p) if stochastic else None
+        p = langevin.ou_step(z, p, c1, c2, xi)
+        if self.thermostat_head is not None and stochastic:
+            bank = context.force_bank
+            noise = torch.randn_like(bank.value_features)  # fresh noise values, keys learned
+            noise_bank = ContextBank(
+                bank.positions, bank.key_features, noise, bank.levels, bank.mask
+            )
+            queries = CovariantQueries.unchecked(
+                positions=z,
+                features=torch.cat([z, p / poincare.conformal_factor(z)], dim=-1),
+                chiral=context.chiral_for(self.thermostat_head),
+            )
+            prepared = self.thermostat_head.prepare(noise_bank, lines=context.force.lines)
+            out, _ = self.thermostat_head(queries, prepared)
+            p = p + c2 * poincare.conformal_factor(z) * out
+        return p
+
+    # ------------------------------------------------------------------ one step
+
+    # ------------------------------------------------------------------ one step
+
+    def forward(
+        self,
+        z: Tensor,
+        p: Tensor,
+        action: Tensor,
+        context: GeodesicContext,
+        *,
+        stochastic: bool = False,
+        carry: PositionTerms | None = None,
+    ) -> tuple[Tensor, Tensor, PositionTerms]:
+        """One B-A-O-A-B step: geometry.langevin.baoab with this module's substeps. z, p [B, d],
+        action [B, A]; `carry` = position_terms(z) returned by the previous step (None:
+        computed). Returns (z', p', position_terms at z'), the last the next step's carry.
+        B: the position terms' force plus the control force. A: `drift`; the first half-drift
+        reads the position terms' lines and features, and its drift correction is reused by
+        the second (one drift-head evaluation per step). O: `thermostat`."""
+
+        def kick(x: Tensor, _p: Tensor, terms: PositionTerms) -> Tensor:
+            return terms.force + self.control_force(x, action, terms.gain)
+
+        def half_drift(
+            x: Tensor, q: Tensor, t: float, terms: PositionTerms | None, correction: Tensor | None
+        ) -> tuple[Tensor, Tensor, Tensor | None]:
+            if terms is not None:  # the first half-drift, at the kick's point
+                return self.drift(x, q, t, context, terms.lines, point_features=terms.features)
+            return self.drift(x, q, t, context, None, correction)  # the first's correction
+
+        return langevin.baoab(
+            z,
+            p,
+            self.config.integrator.dt,
+            lambda x: self.position_terms(x, context),
+            kick,
+            half_drift,
+            lambda x, q: self.thermostat(x, q, context, stochastic),
+            carry,
+        )
