@@ -28,13 +28,17 @@ import torch
 from agent.buffer import ReplayBuffer
 from agent.checkpoint import (
     CheckpointError,
+    format_version,
     load_checkpoint,
     save_checkpoint,
     seed_everything,
 )
-from agent.config import ConfigError, RunConfig
+from agent.config import ConfigError, RunConfig, migrate_config
+from agent.loop import Trainer
 from agent.planner import Planner
-from envs import env_info, make_env
+from agent.policy import PlannerPolicy
+from agent.runs import CHECKPOINT_NAME, make_run_env
+from envs import env_info
 from envs.scaling import SpaceScaling, scale_spaces
 from world_model.model import Transition, WorldModel
 from world_model.registry import build_dynamics
@@ -45,20 +49,7 @@ from world_model.training import (
     world_model_loss,
 )
 
-__all__ = ["Agent", "resolve_device", "make_run_env"]
-
-
-def make_run_env(
-    config: RunConfig, seed: int | None, render_mode: str | None = None, *, scaled: bool = True
-) -> gym.Env:
-    """The run's env: envs.make_env with the run's id and episode limit, seen through
-    envs.scaling.scale_spaces (actions in [-1, 1], fixed observation scaling) unless
-    `scaled` is False (the task's own units, as predict takes them)."""
-    tc = config.train
-    env = make_env(
-        tc.env_id, seed=seed, render_mode=render_mode, max_episode_steps=tc.max_episode_steps
-    )
-    return scale_spaces(env, seed) if scaled else env
+__all__ = ["Agent", "resolve_device"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -161,8 +152,8 @@ class Agent:
         self.num_timesteps = 0
         self.num_updates = 0
         self._update_debt = 0.0
-        self._predict_planners: list[Planner] = []
-        self._trainer = None
+        self._predict_policy = PlannerPolicy(self, self.generator)
+        self._trainer: Trainer | None = None
         self.timing = {"plan_s": 0.0, "plans": 0, "update_s": 0.0, "updates": 0}
 
     # ------------------------------------------------------------------ acting
@@ -217,21 +208,18 @@ class Agent:
                 f"{self.obs_dim}] (the trained env's), got shape {np.shape(observation)}"
             )
         obs = self.spaces.observation(raw)
-        n = obs.shape[0]
-        if len(self._predict_planners) != n:
-            self._predict_planners = [
-                Planner(self.config.planner, self.action_dim, self.discount) for _ in range(n)
-            ]
-        starts = np.zeros(n, bool) if episode_start is None else np.asarray(episode_start, bool)
-        actions = np.empty((n, self.action_dim), dtype=np.float32)
-        for i in range(n):
-            if starts.reshape(-1)[i]:
-                self._predict_planners[i].reset()
-            actions[i] = self.act(
-                obs[i], explore=not deterministic, planner=self._predict_planners[i]
-            )
+        policy = self._predict_policy
+        policy.explore = not deterministic
+        if episode_start is not None:
+            policy.reset(np.asarray(episode_start, bool).reshape(-1))
+        actions = policy(obs)
         actions = self.spaces.action(actions)
         return (actions[0] if single else actions), None
+
+    def policy(self, seed: int, explore: bool = False) -> PlannerPolicy:
+        """A batched policy (agent/episodes.py) with its own planners and a generator seeded by
+        `seed`, in the agent's scaled units: evaluation leaves the agent's streams untouched."""
+        return PlannerPolicy(self, torch.Generator(device=self.device).manual_seed(seed), explore)
 
     def check_env(self, env: gym.Env) -> None:
         """Raise ConfigError (one line) unless `env`'s spaces are the ones the agent was
@@ -315,8 +303,6 @@ class Agent:
         """Train for `total_timesteps` more env steps (SB3's learn; `callback`, if given, is
         called as callback(trainer) after every env step and stops training when it returns
         False)."""
-        from agent.loop import Trainer
-
         if self._trainer is None:
             self._trainer = Trainer(self, run_dir=log_dir, progress=progress_bar)
         self._trainer.run(self.num_timesteps + int(total_timesteps), callback=callback)
@@ -384,12 +370,15 @@ class Agent:
         """Rebuild an agent from `save` (or from a run's checkpoint.pt). `overrides` are config
         sections to change, e.g. train={"steps": 20_000}."""
         state = load_checkpoint(path, required=("config", "agent"))
+        version = format_version(state)
         try:
-            config = RunConfig.from_dict(state["config"])
+            config = RunConfig.from_dict(migrate_config(state["config"], version))
             if overrides:
                 config = RunConfig.from_dict(overrides, base=config)
         except ConfigError as err:
-            raise CheckpointError(f"checkpoint {str(path)!r}: invalid config: {err}") from None
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} (format version {version}): invalid config: {err}"
+            ) from None
         given_env = env is not None
         if env is None:
             env = make_run_env(config, seed=None, scaled=False)
@@ -411,3 +400,21 @@ class Agent:
                 f"checkpoint {str(path)!r} does not match this agent ({detail[:160]})"
             ) from None
         return agent
+
+    @classmethod
+    def resume(
+        cls,
+        run_dir: str | Path,
+        *,
+        device: str | None = None,
+        progress: bool = False,
+        overrides: dict[str, Any] | None = None,
+    ) -> Trainer:
+        """Continue the run saved in `run_dir`: the agent from its checkpoint, and its Trainer
+        with the loop and random-generator state (Trainer.restore), whose TensorBoard writer
+        purges whatever was logged after the checkpoint. `overrides` as in `load`."""
+        path = Path(run_dir) / CHECKPOINT_NAME
+        state = load_checkpoint(path, required=("config", "agent", "loop", "rng"))
+        agent = cls.load(path, device=device, **(overrides or {}))
+        agent._trainer = Trainer.restore(agent, run_dir, state, progress=progress)
+        return agent._trainer

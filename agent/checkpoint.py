@@ -1,7 +1,10 @@
 """Atomic, self-describing checkpoints and the random-generator states they carry.
 
 A checkpoint is one `torch.save`d dict of tensors and plain Python values (loads with
-`weights_only=True`, so loading never runs code). It is written to a temporary file in the same
+`weights_only=True`, so loading never runs code), tagged with its format version: v2 since the
+geodesic config became nested sections and four measured-and-rejected options left the code
+(`FORMAT_VERSION`); a v1 file is read with its config migrated (agent.config.migrate_config) or
+refused in one line that names its version. It is written to a temporary file in the same
 folder, flushed to disk and moved over the old one with `os.replace`, so a crash or Ctrl-C during
 the write leaves the previous checkpoint intact. Any unreadable or incomplete file raises
 `CheckpointError` with one line.
@@ -20,6 +23,8 @@ import torch
 
 __all__ = [
     "FORMAT",
+    "FORMAT_VERSION",
+    "format_version",
     "CheckpointError",
     "save_checkpoint",
     "load_checkpoint",
@@ -30,7 +35,15 @@ __all__ = [
     "seed_everything",
 ]
 
-FORMAT = "geodesic-rl/agent-checkpoint/v1"
+FORMAT_VERSION = 2
+_TAG = "geodesic-rl/agent-checkpoint/v"
+FORMAT = f"{_TAG}{FORMAT_VERSION}"
+READABLE_VERSIONS = (1, 2)
+
+
+def format_version(state: dict[str, Any]) -> int:
+    """The format version of a loaded checkpoint (1 or 2)."""
+    return int(str(state["format"]).removeprefix(_TAG))
 
 
 class CheckpointError(ValueError):
@@ -67,8 +80,15 @@ def load_checkpoint(path: str | Path, required: tuple[str, ...] = ()) -> dict[st
             f"checkpoint {str(path)!r} is corrupt or unreadable ({type(err).__name__}: "
             f"{detail[:160]})"
         ) from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    tag = state.get("format") if isinstance(state, dict) else None
+    if not isinstance(tag, str) or not tag.startswith(_TAG):
         raise CheckpointError(f"{str(path)!r} is not a geodesic-rl agent checkpoint ({FORMAT})")
+    version = tag.removeprefix(_TAG)
+    if not version.isdigit() or int(version) not in READABLE_VERSIONS:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} has format version {version}; this geodesic-rl reads "
+            f"versions {', '.join(map(str, READABLE_VERSIONS))} (and writes {FORMAT_VERSION})"
+        )
     missing = [key for key in required if key not in state]
     if missing:
         raise CheckpointError(f"checkpoint {str(path)!r} is incomplete: no {', '.join(missing)}")

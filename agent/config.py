@@ -16,6 +16,7 @@ docstring (read by `field_docs` for `--help` and for the config table in TensorB
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import inspect
 import json
@@ -39,6 +40,7 @@ __all__ = [
     "config_from_dict",
     "field_docs",
     "load_config_file",
+    "migrate_config",
 ]
 
 DEVICES_HELP = "auto (cuda if available, else cpu), cpu, cuda or cuda:N"
@@ -209,11 +211,17 @@ def config_from_dict(cls: type, data: Any, section: str, base: Any = None) -> An
             f"unknown key {unknown[0]!r} in [{section}]; valid keys: {', '.join(sorted(valid))}"
         )
     hints = typing.get_type_hints(cls)
+    values = {}
+    if base is not None:
+        values = {f.name: copy.deepcopy(getattr(base, f.name)) for f in fields(cls) if f.init}
     for key, value in data.items():
-        if not _type_ok(hints[key], value):
-            raise ConfigError(f"{section}.{key} must be {_type_name(hints[key])}, got {value!r}")
-    values = dataclasses.asdict(base) if base is not None else {}
-    values.update(data)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):  # a nested table
+            values[key] = config_from_dict(tp, value, f"{section}.{key}", values.get(key))
+            continue
+        if not _type_ok(tp, value):
+            raise ConfigError(f"{section}.{key} must be {_type_name(tp)}, got {value!r}")
+        values[key] = value
     try:
         return cls(**values)
     except (ValueError, TypeError) as err:
@@ -333,12 +341,44 @@ class RunConfig:
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {f.name: dataclasses.asdict(getattr(self, f.name)) for f in fields(self)}
 
+    def markdown(self) -> str:
+        """`table()` as a markdown table (TensorBoard's text tab)."""
+        rows = ["| key | value | meaning |", "| --- | --- | --- |"]
+        return "\n".join(rows + [f"| {k} | {v} | {d} |" for k, v, d in self.table()])
+
     def table(self) -> list[tuple[str, str, str]]:
         """(section.key, value, docstring) rows for the TensorBoard text table."""
         rows = []
-        for f in fields(self):
-            part = getattr(self, f.name)
+
+        def walk(prefix: str, part: Any) -> None:
             docs = field_docs(type(part))
-            for key, value in dataclasses.asdict(part).items():
-                rows.append((f"{f.name}.{key}", repr(value), docs.get(key, "")))
+            for f in fields(part):
+                value = getattr(part, f.name)
+                if dataclasses.is_dataclass(value):
+                    walk(f"{prefix}{f.name}.", value)
+                else:
+                    rows.append((f"{prefix}{f.name}", repr(value), docs.get(f.name, "")))
+
+        for f in fields(self):
+            walk(f"{f.name}.", getattr(self, f.name))
         return rows
+
+
+def migrate_config(data: dict[str, Any], version: int) -> dict[str, Any]:
+    """A checkpoint's config (`to_dict` form) of format `version` in today's layout. Version 1
+    had a flat [dynamics] table: the dynamics' config class migrates it if it has a
+    `migrate_v1(table) -> table` (a ValueError there, one line, becomes a ConfigError)."""
+    if version >= 2 or not isinstance(data, dict):
+        return data
+    train = data.get("train", {})
+    name = train.get("world_model", TrainConfig.world_model) if isinstance(train, dict) else None
+    try:
+        migrate = getattr(get_dynamics(name).config_cls, "migrate_v1", None)
+    except ValueError:
+        return data  # an unknown world model: from_dict says so
+    if migrate is None or not isinstance(data.get("dynamics"), dict):
+        return data
+    try:
+        return {**data, "dynamics": migrate(data["dynamics"])}
+    except ValueError as err:
+        raise ConfigError(f"[dynamics] of format version 1: {str(err).splitlines()[0]}") from None

@@ -11,66 +11,26 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
 
 import gymnasium as gym
 import numpy as np
-import torch
 
-from agent.agent import Agent, make_run_env
+from agent.agent import Agent
 from agent.checkpoint import CheckpointError
+from agent.cli import OneLineParser
 from agent.config import ConfigError
-from agent.planner import Planner
+from agent.episodes import run_episodes
+from agent.runs import RunError, checkpoint_path, make_run_env
 from envs import EnvError
 
-__all__ = ["run_episodes", "main"]
+__all__ = ["main"]
 
 PROG = "python -m agent.evaluate"
 
 
-def run_episodes(
-    agent: Agent,
-    env: gym.Env,
-    episodes: int,
-    seed: int,
-    on_frame: Callable[[int, np.ndarray], None] | None = None,
-    on_step: Callable[[int, np.ndarray, np.ndarray, float, np.ndarray], None] | None = None,
-) -> np.ndarray:
-    """Returns [episodes] of deterministic episodes reset with seeds seed + k, planned with a
-    fresh planner and a generator seeded by `seed` (the agent's own streams are untouched).
-    `on_frame(k, frame)` receives env.render() after every reset and step;
-    `on_step(k, obs, action, reward, next_obs)` every transition of episode k."""
-    planner = Planner(agent.config.planner, agent.action_dim, agent.discount)
-    generator = torch.Generator(device=agent.device).manual_seed(seed)
-    returns = np.zeros(episodes)
-    for k in range(episodes):
-        obs, _ = env.reset(seed=seed + k)
-        planner.reset()
-        if on_frame is not None:
-            on_frame(k, env.render())
-        done = False
-        while not done:
-            action = agent.act(obs, explore=False, planner=planner, generator=generator)
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            if on_step is not None:
-                on_step(k, obs, action, float(reward), next_obs)
-            obs = next_obs
-            returns[k] += float(reward)
-            done = bool(terminated or truncated)
-            if on_frame is not None:
-                on_frame(k, env.render())
-    return returns
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Evaluate a trained agent: mean +- std return over "
         "deterministic episodes on the run's fixed evaluation seeds.",
@@ -116,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
         return 2
     run = Path(args.run)
-    checkpoint = run / "checkpoint.pt" if run.is_dir() else run
     try:
-        agent = Agent.load(checkpoint, device=args.device)
+        agent = Agent.load(checkpoint_path(run), device=args.device)
         env_id = agent.config.train.env_id
         seed = agent.config.train.eval_seed if args.seed is None else args.seed
         frames: list[np.ndarray] = []
@@ -131,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                     frames.append(np.asarray(frame))
         else:
             env = make_run_env(agent.config, seed=None)
-        returns = run_episodes(agent, env, args.episodes, seed, on_frame)
+        returns = run_episodes(agent.policy(seed), env, args.episodes, seed, on_frame)
         env.close()
-    except (ConfigError, EnvError, CheckpointError) as err:
+    except (ConfigError, EnvError, CheckpointError, RunError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     except gym.error.DependencyNotInstalled as err:  # rendering needs an optional package

@@ -18,27 +18,27 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from agent.agent import Agent, make_run_env
 from agent.checkpoint import (
     env_rng_state,
     global_rng_state,
-    load_checkpoint,
     save_checkpoint,
     set_env_rng_state,
     set_global_rng_state,
 )
-from agent.evaluate import run_episodes
+from agent.episodes import run_episodes
+from agent.runs import CHECKPOINT_NAME, make_run_env
 
-__all__ = ["Trainer", "CHECKPOINT_NAME"]
+if TYPE_CHECKING:  # the agent imports this module for Agent.learn / Agent.resume
+    from agent.agent import Agent
 
-CHECKPOINT_NAME = "checkpoint.pt"
+__all__ = ["Trainer"]
 
 
 class Trainer:
@@ -246,8 +246,9 @@ class Trainer:
         touches the training run's random streams."""
         if self.eval_env is None:
             self.eval_env = make_run_env(self.agent.config, seed=None)
+        seed = self.cfg.eval_seed
         return run_episodes(
-            self.agent, self.eval_env, episodes or self.cfg.eval_episodes, self.cfg.eval_seed
+            self.agent.policy(seed), self.eval_env, episodes or self.cfg.eval_episodes, seed
         )
 
     def evaluate_and_log(self) -> tuple[float, float]:
@@ -295,21 +296,17 @@ class Trainer:
         return path
 
     @classmethod
-    def resume(
+    def restore(
         cls,
+        agent: Agent,
         run_dir: str | Path,
+        state: dict[str, Any],
         *,
-        device: str | None = None,
         progress: bool = False,
-        overrides: dict[str, Any] | None = None,
     ) -> Trainer:
-        """Rebuild agent, env and loop state from run_dir/checkpoint.pt; the TensorBoard writer
-        purges whatever was logged after the checkpoint."""
-        run_dir = Path(run_dir)
-        state = load_checkpoint(
-            run_dir / CHECKPOINT_NAME, required=("config", "agent", "loop", "rng")
-        )
-        agent = Agent.load(run_dir / CHECKPOINT_NAME, device=device, **(overrides or {}))
+        """The trainer of a loaded `agent` from a checkpoint's `state` (its "loop" and "rng"
+        parts): the TensorBoard writer purges whatever was logged after the checkpoint.
+        `Agent.resume(run_dir)` loads both and calls this."""
         step = agent.num_timesteps
         trainer = cls(agent, run_dir, progress=progress, purge_step=step + 1)
         loop = state["loop"]
@@ -327,7 +324,6 @@ class Trainer:
         trainer.last_checkpoint = step
         set_env_rng_state(trainer.env, state["rng"]["env"])
         set_global_rng_state(state["rng"]["global"])
-        agent._trainer = trainer
         return trainer
 
     def close(self) -> None:

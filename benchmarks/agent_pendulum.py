@@ -25,7 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.compare import SAC, Comparison, build_parser, run_from_args  # noqa: E402
+from agent.compare import build_parser, run_from_args  # noqa: E402
+from agent.comparison.config import SAC  # noqa: E402
+from agent.comparison.results import Comparison  # noqa: E402
 
 PROG = "python benchmarks/agent_pendulum.py"
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -51,9 +51,7 @@ def fill_buffer(agent: Agent, transitions: int, seed: int) -> None:
     obs, _ = env.reset(seed=seed)
     for _ in range(transitions):
         action = rng.uniform(-1, 1, agent.action_dim).astype(np.float32)
-        next_obs, reward, terminated, truncated, _ = env.step(
-            action * env.action_space.high  # the agent acts in [-1, 1]; Pendulum's box is wider
-        )
+        next_obs, reward, terminated, truncated, _ = env.step(action)  # the agent's [-1, 1] view
         agent.observe(obs, action, float(reward), next_obs, terminated, truncated)
         obs = next_obs
         if terminated or truncated:

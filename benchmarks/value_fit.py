@@ -34,8 +34,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.agent import Agent  # noqa: E402
-from agent.diagnose import load_run  # noqa: E402
-from agent.evaluate import run_episodes  # noqa: E402
+from agent.episodes import run_episodes  # noqa: E402
+from agent.inspection import load_run  # noqa: E402
 
 Trajectory = tuple[np.ndarray, np.ndarray, np.ndarray]  # obs [T+1, O], actions [T, A], rewards [T]
 
@@ -51,13 +51,14 @@ def discounted_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
 
 
 def play(agent: Agent, episodes: int) -> list[Trajectory]:
-    """The run's deterministic evaluation episodes (agent.evaluate.run_episodes), recorded."""
+    """The run's deterministic evaluation episodes (agent.episodes.run_episodes), recorded."""
     steps: list[list[tuple]] = [[] for _ in range(episodes)]
+    seed = agent.config.train.eval_seed
     run_episodes(
-        agent,
+        agent.policy(seed),
         agent.env,
         episodes,
-        agent.config.train.eval_seed,
+        seed,
         on_step=lambda k, *transition: steps[k].append(transition),
     )
     trajectories = []

@@ -14,7 +14,7 @@ import torch
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from agent.agent import Agent, make_run_env, resolve_device
+from agent.agent import Agent, resolve_device
 from agent.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from agent.config import (
     ConfigError,
@@ -23,8 +23,9 @@ from agent.config import (
     field_docs,
     load_config_file,
 )
-from agent.evaluate import run_episodes
-from agent.loop import CHECKPOINT_NAME, Trainer
+from agent.episodes import run_episodes
+from agent.loop import Trainer
+from agent.runs import CHECKPOINT_NAME, make_run_env
 from envs import make_env
 from envs.scaling import scale_spaces
 from tests.agent.conftest import tiny
@@ -130,7 +131,7 @@ def test_predict_speaks_the_env_units_so_sb3_evaluation_reproduces_the_agent_own
     for seed in (0, 1, 2):
         scaled = make_run_env(RunConfig.from_dict({"train": {"max_episode_steps": steps}},
                                                   base=agent.config), seed=None)  # fmt: skip
-        (own,) = run_episodes(agent, scaled, 1, seed)
+        (own,) = run_episodes(agent.policy(seed), scaled, 1, seed)
         plain, actions = by_predict(gym.make("Pendulum-v1", max_episode_steps=steps), seed)
         ours, _ = by_predict(make_env("Pendulum-v1", max_episode_steps=steps), seed)
         assert plain == own and ours == own, (seed, plain, ours, own)
@@ -210,7 +211,7 @@ def test_stop_and_resume_equals_an_uninterrupted_run(tmp_path):
         load_checkpoint(tmp_path / "part" / CHECKPOINT_NAME)["agent"]["counters"]["num_timesteps"]
         == 150
     )
-    resumed = Trainer.resume(tmp_path / "part")
+    resumed = Agent.resume(tmp_path / "part")
     assert resumed.agent.num_timesteps == 150
     assert resumed.run(300) == "done"
 
@@ -233,7 +234,7 @@ def test_stop_mid_episode_closes_it_as_truncated(tmp_path):
     assert buffer["size"] == 75
     assert buffer["truncated"][74] == 1 and buffer["truncated"][49] == 1
     assert buffer["truncated"][73] == 0
-    resumed = Trainer.resume(tmp_path / "run")
+    resumed = Agent.resume(tmp_path / "run")
     assert resumed.run(100) == "done" and resumed.agent.num_timesteps == 100
     resumed.close()
 
@@ -267,6 +268,62 @@ def test_corrupt_or_foreign_checkpoints_are_one_line_errors(tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
     with pytest.raises(CheckpointError, match="incomplete"):
         load_checkpoint(good, required=("loop",))
+
+
+def _retag(path, version: int, **config_changes) -> None:
+    """Rewrite a saved checkpoint as another format version (and with other [dynamics] keys)."""
+    state = torch.load(path, weights_only=True)
+    state["format"] = f"geodesic-rl/agent-checkpoint/v{version}"
+    state["config"]["dynamics"].update(config_changes)
+    torch.save(state, path)
+
+
+def test_checkpoints_carry_their_format_version_and_older_ones_are_read_or_refused(tmp_path):
+    """Saved files are format v2; a v1 file (the flat config of before the redesign) loads with
+    the same parameters when its config holds no removed option, and is refused in one line
+    naming its version when it does; an unknown version is refused naming it."""
+    agent = make_agent()
+    path = agent.save(tmp_path / "agent.pt")
+    assert torch.load(path, weights_only=True)["format"].endswith("/v2")
+    _retag(path, 1)
+    old = Agent.load(path)
+    assert_same_state(old.model.state_dict(), agent.model.state_dict())
+    _retag(path, 9)
+    with pytest.raises(CheckpointError, match="format version 9; this geodesic-rl reads "):
+        Agent.load(path)
+    _retag(path, 1, no_such_option=True)
+    with pytest.raises(CheckpointError, match="format version 1.*unknown key 'no_such_option'"):
+        Agent.load(path)
+
+
+def test_a_format_1_geodesic_checkpoint_loads_its_flat_config_or_names_the_removed_option(
+    tmp_path,
+):
+    """Format 1 wrote the geodesic [dynamics] table flat: it loads into the nested sections
+    (the same parameters), and a removed option it used is refused in one line."""
+    config = tiny(train={"world_model": "geodesic"})
+    config["dynamics"] = {"latent_dim": 4, "encoder_dim": 16, "head": {"d_k": 8},
+                          "context": {"prototypes": 8, "feature_dim": 8}}  # fmt: skip
+    agent = Agent(None, RunConfig.from_dict(config))
+    path = agent.save(tmp_path / "geo.pt")
+    state = torch.load(path, weights_only=True)
+    dyn = state["config"]["dynamics"]
+    flat = {k: v for k, v in dyn.items() if not isinstance(v, dict)}
+    for section in ("head", "integrator", "context"):
+        flat.update(dyn[section])
+    flat["attention"] = flat.pop("kernel")
+    flat["attention_temperature"] = flat.pop("temperature")
+    flat.update(head_features="full", radius_penalty=0.0, drift_correction_once=True)
+    state["format"], state["config"]["dynamics"] = "geodesic-rl/agent-checkpoint/v1", flat
+    torch.save(state, path)
+    old = Agent.load(path)
+    assert old.config.dynamics == agent.config.dynamics
+    assert_same_state(old.model.state_dict(), agent.model.state_dict())
+    state["config"]["dynamics"] = {**flat, "head_features": "orthonormal"}
+    torch.save(state, path)
+    with pytest.raises(CheckpointError, match="format version 1.*head_features") as err:
+        Agent.load(path)
+    assert "\n" not in str(err.value)
 
 
 # ----------------------------------------------------------------------- configuration

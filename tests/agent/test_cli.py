@@ -4,6 +4,7 @@ video), and bad input: exit code 2, one line on stderr, no traceback, no run fol
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 from pathlib import Path
 
 import imageio.v2 as imageio
@@ -20,9 +22,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from agent import evaluate as evaluate_cli
 from agent import train as train_cli
+from agent.agent import Agent
 from agent.checkpoint import load_checkpoint
-from agent.config import TrainConfig, field_docs
-from agent.loop import CHECKPOINT_NAME, Trainer
+from agent.config import RunConfig, TrainConfig, field_docs
+from agent.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,7 +173,7 @@ def test_ctrl_c_writes_a_checkpoint_and_the_run_resumes(tmp_path):
     steps = state["agent"]["counters"]["num_timesteps"]
     assert steps >= 50 and state["agent"]["buffer"]["size"] == steps
     assert state["loop"]["needs_reset"] is True
-    trainer = Trainer.resume(run)
+    trainer = Agent.resume(run)
     assert trainer.run(steps + 60) == "done"
     assert trainer.agent.num_timesteps == steps + 60
     trainer.close()
@@ -234,11 +237,53 @@ def test_evaluate_bad_input(tmp_path, capsys):
 def test_help_documents_every_flag():
     text = " ".join(train_cli.build_parser().format_help().split())
     docs = field_docs(TrainConfig)
-    for flag, field in train_cli.FLAGS.items():
+    for flag, path in train_cli.ALIASES.items():
         assert f"--{flag.replace('_', '-')}" in text
-        assert " ".join(docs[field].split()) in text
+        section, field = path.split(".", 1)
+        if section == "train":
+            assert " ".join(docs[field].split()) in text
     for flag in ("--resume", "--config"):
         assert flag in text
+
+
+@pytest.mark.parametrize("world_model", ["gru", "geodesic"])
+def test_every_config_field_is_a_flag_listed_by_help(world_model, capsys):
+    """`--world-model X --help` lists a generated flag for every field of every section of X's
+    config, with its docstring; each one sets its field (read back from the parsed config)."""
+    from agent.cli import parse_value
+    from agent.config import SECTIONS
+
+    parser = train_cli.build_parser(world_model)
+    text = " ".join(parser.format_help().split())
+    config = RunConfig.from_dict({"train": {"world_model": world_model}})
+    sections = {**SECTIONS, "dynamics": type(config.dynamics)}
+    checked = 0
+
+    def walk(prefix: str, cls: type) -> None:
+        nonlocal checked
+        docs, hints = field_docs(cls), typing.get_type_hints(cls)
+        for name in (f.name for f in dataclasses.fields(cls)):
+            if dataclasses.is_dataclass(hints[name]):  # a nested table: its own fields
+                walk(f"{prefix}.{name}", hints[name])
+                continue
+            assert f"--{prefix}.{name} " in text, (prefix, name)
+            assert " ".join(docs[name].split())[:40] in text, (prefix, name)
+            checked += 1
+
+    for section, cls in sections.items():
+        walk(section, cls)
+    assert checked >= (80 if world_model == "geodesic" else 50)
+    # a flag sets its field, after the --config file and before the short aliases
+    args = parser.parse_args(
+        ["--world-model", world_model, "--planner.horizon", "4", "--agent.discount", "none",
+         "--train.single_thread", "false", "--train.steps", "7", "--steps", "9"]
+    )  # fmt: skip
+    config = train_cli.config_from_args(args)
+    assert config.planner.horizon == 4 and config.agent.discount is None
+    assert config.train.single_thread is False and config.train.steps == 9
+    assert parse_value("1e-3", float) == 1e-3
+    code, lines, _ = call_main(train_cli.main, ["--planner.horizon", "four"], capsys)
+    assert code == 2 and len(lines) == 1 and "--planner.horizon: 'four' is not int" in lines[0]
 
 
 def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
@@ -247,12 +292,12 @@ def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
     from agent.train import build_parser, config_from_args
 
     good = tmp_path / "geo.toml"
-    good.write_text('[dynamics]\nforce = "field"\n')
+    good.write_text('[dynamics.integrator]\nforce = "field"\n')
     args = build_parser().parse_args(
         ["--world-model", "geodesic", "--config", str(good), "--attention", "krr"]
     )
     config = config_from_args(args)
-    assert config.dynamics.force == "field" and config.dynamics.attention == "krr"
+    assert config.dynamics.integrator.force == "field" and config.dynamics.head.kernel == "krr"
     bad = run_cli("agent.train", "--config", str(good), "--steps", "10")  # GRU has no force
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
-    assert "force" in bad.stderr
+    assert "unknown key 'integrator' in [dynamics]" in bad.stderr

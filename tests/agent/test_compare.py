@@ -21,11 +21,15 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from agent import compare
 from agent import train as train_cli
-from agent.agent import Agent, make_run_env
+from agent.agent import Agent
 from agent.checkpoint import load_checkpoint
+from agent.comparison.config import CompareConfig, default_points
+from agent.comparison.report import format_table
+from agent.comparison.results import Comparison, MethodRun, PointResult
+from agent.comparison.stats import paired_differences
 from agent.config import ConfigError
-from agent.evaluate import run_episodes
-from agent.loop import CHECKPOINT_NAME
+from agent.episodes import run_episodes
+from agent.runs import CHECKPOINT_NAME, make_run_env
 from tests.agent.conftest import call_main, tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +40,11 @@ TINY_DYNAMICS = {
     "latent_dim": 16,
     "encoder_dim": 16,
     "gru": {"input_dim": 16},
-    "geodesic": {"latent_dim": 4, "prototypes": 8, "feature_dim": 8, "d_k": 8, "window": 2},
+    "geodesic": {
+        "latent_dim": 4,
+        "head": {"d_k": 8},
+        "context": {"prototypes": 8, "feature_dim": 8, "window": 2},
+    },
 }
 
 
@@ -165,13 +173,13 @@ def test_a_compared_run_trains_as_agent_train_and_evaluates_as_agent_evaluate(tm
         assert np.array_equal(compared["model"][name], tensor), name
 
     agent = Agent.load(plain_dir / CHECKPOINT_NAME)
-    expected = run_episodes(agent, make_run_env(agent.config, seed=None), 2, 10_000)
+    expected = run_episodes(agent.policy(10_000), make_run_env(agent.config, seed=None), 2, 10_000)
     assert run["points"][-1]["returns"] == expected.tolist()
 
     # on_step sees every transition of the same episodes, and watching them changes nothing
     steps = [[], []]
     watched = run_episodes(
-        agent,
+        agent.policy(10_000),
         make_run_env(agent.config, seed=None),
         2,
         10_000,
@@ -228,25 +236,25 @@ def test_ctrl_c_keeps_every_finished_evaluation(tmp_path):
 
 
 def test_evaluation_points():
-    assert compare.default_points(5000) == (1000, 2500, 5000)
-    assert compare.default_points(300) == (300,)
-    assert compare.default_points(10_000) == (1000, 2500, 5000, 10_000)
-    assert compare.CompareConfig(steps=300).points == (300,)
-    assert compare.CompareConfig(steps=150, points=(100, 40, 100)).points == (40, 100, 150)
+    assert default_points(5000) == (1000, 2500, 5000)
+    assert default_points(300) == (300,)
+    assert default_points(10_000) == (1000, 2500, 5000, 10_000)
+    assert CompareConfig(steps=300).points == (300,)
+    assert CompareConfig(steps=150, points=(100, 40, 100)).points == (40, 100, 150)
 
 
 def test_dynamics_sub_tables_go_to_their_world_model_only():
-    config = compare.CompareConfig(
+    config = CompareConfig(
         seeds=2, world_models=("geodesic", "gru"), overrides={"dynamics": TINY_DYNAMICS}
     )
     geodesic = config.run_config("geodesic", seed=2)
     gru = config.run_config("gru", seed=2)
     assert geodesic.train.world_model == "geodesic" and geodesic.train.seed == 2
-    assert geodesic.dynamics.latent_dim == 4 and geodesic.dynamics.prototypes == 8
+    assert geodesic.dynamics.latent_dim == 4 and geodesic.dynamics.context.prototypes == 8
     assert gru.dynamics.latent_dim == 16 and gru.dynamics.input_dim == 16
     assert gru.train.eval_every == 0 and gru.train.eval_episodes == config.episodes
     with pytest.raises(ConfigError, match=r"world model 'geodesic': unknown key 'input_dim'"):
-        compare.CompareConfig(overrides={"dynamics": {"input_dim": 16}})
+        CompareConfig(overrides={"dynamics": {"input_dim": 16}})
 
 
 # ----------------------------------------------------------------------- bad input
@@ -304,26 +312,26 @@ def test_bad_input_in_a_real_process(tmp_path):
 
 def test_results_hold_no_non_finite_numbers_for_sac_only_columns(tmp_path):
     """A comparison without SAC writes null ratios (valid JSON), and the table shows them as —."""
-    config = compare.CompareConfig(world_models=("gru",), sac=False, steps=10, seeds=1)
-    comparison = compare.Comparison(config, tmp_path)
-    run = compare.MethodRun("gru", 1, str(tmp_path))
-    run.points.append(compare.PointResult(10, [-5.0, -7.0], 1.0, 1.0, 0.1, 2.0, 3.0, 4))
+    config = CompareConfig(world_models=("gru",), sac=False, steps=10, seeds=1)
+    comparison = Comparison(config, tmp_path)
+    run = MethodRun("gru", 1, str(tmp_path))
+    run.points.append(PointResult(10, [-5.0, -7.0], 1.0, 1.0, 0.1, 2.0, 3.0, 4))
     comparison.runs.append(run)
     data = json.loads(comparison.save().read_text(), parse_constant=pytest.fail)
     (row,) = data["summary"]
     assert row["ratio_to_sac"] is None and row["mean"] == -6.0 and math.isfinite(row["train_s"])
-    assert "| gru    | 10        | -6.0 ± 0.0 |" in compare.format_table(comparison)
+    assert "| gru    | 10        | -6.0 ± 0.0 |" in format_table(comparison)
 
 
-def _comparison_with(tmp_path, means: dict[str, dict[int, float]], **config) -> compare.Comparison:
+def _comparison_with(tmp_path, means: dict[str, dict[int, float]], **config) -> Comparison:
     """A Comparison holding one evaluation at step 10 per (method, seed), two episodes each,
     whose mean is the given one."""
-    cfg = compare.CompareConfig(steps=10, seeds=max(max(m) for m in means.values()), **config)
-    comparison = compare.Comparison(cfg, tmp_path)
+    cfg = CompareConfig(steps=10, seeds=max(max(m) for m in means.values()), **config)
+    comparison = Comparison(cfg, tmp_path)
     for method, per_seed in means.items():
         for seed, mean in per_seed.items():
-            run = compare.MethodRun(method, seed, str(tmp_path))
-            run.points.append(compare.PointResult(10, [mean - 1, mean + 1], 1, 1, 0.1, 2, 3, 4))
+            run = MethodRun(method, seed, str(tmp_path))
+            run.points.append(PointResult(10, [mean - 1, mean + 1], 1, 1, 0.1, 2, 3, 4))
             comparison.runs.append(run)
     return comparison
 
@@ -351,7 +359,7 @@ def test_paired_table_pairs_each_method_with_the_gru_on_the_seeds_both_finished(
     data = json.loads(comparison.save().read_text())
     assert [r["method"] for r in data["paired"]] == ["geodesic", "sac"]
     assert data["paired"][0]["wins"] == 2 and data["reference"] == "gru"
-    table = compare.format_table(comparison)
+    table = format_table(comparison)
     assert "Paired by seed against gru" in table
     assert "| geodesic | 10        | 2/3 seeds |" in table
 
@@ -359,23 +367,21 @@ def test_paired_table_pairs_each_method_with_the_gru_on_the_seeds_both_finished(
 def test_bootstrap_interval_agrees_with_normal_theory():
     """For many seeds the percentile bootstrap of a mean approaches mean +- 1.96 s / sqrt(n)."""
     d = np.random.default_rng(7).normal(1.0, 2.0, size=400)
-    mean, median, low, high = compare.paired_differences(d)
+    mean, median, low, high = paired_differences(d)
     assert mean == pytest.approx(d.mean()) and median == pytest.approx(np.median(d))
     half = 1.96 * d.std(ddof=1) / np.sqrt(d.size)
     assert (high - low) / 2 == pytest.approx(half, rel=0.08)
     assert (low + high) / 2 == pytest.approx(mean, abs=0.1 * half)
     # no spread, no interval width; one seed, no interval
-    assert compare.paired_differences([3.0, 3.0, 3.0])[2:] == (3.0, 3.0)
-    assert compare.paired_differences([3.0])[2:] == (None, None)
+    assert paired_differences([3.0, 3.0, 3.0])[2:] == (3.0, 3.0)
+    assert paired_differences([3.0])[2:] == (None, None)
     # reproducible: a table printed twice is the same table
-    assert compare.paired_differences(d[:5]) == compare.paired_differences(d[:5])
+    assert paired_differences(d[:5]) == paired_differences(d[:5])
 
 
 def test_reference_defaults_to_the_gru_and_must_be_compared():
-    assert compare.CompareConfig(world_models=("geodesic",), steps=10).reference == "geodesic"
-    assert compare.CompareConfig(world_models=("geodesic",), sac=False, steps=10).reference == (
-        "geodesic"
-    )
-    assert compare.CompareConfig(steps=10, reference="sac").reference == "sac"
+    assert CompareConfig(world_models=("geodesic",), steps=10).reference == "geodesic"
+    assert CompareConfig(world_models=("geodesic",), sac=False, steps=10).reference == "geodesic"
+    assert CompareConfig(steps=10, reference="sac").reference == "sac"
     with pytest.raises(ConfigError, match="--reference 'sac' is not compared here"):
-        compare.CompareConfig(world_models=("gru",), sac=False, steps=10, reference="sac")
+        CompareConfig(world_models=("gru",), sac=False, steps=10, reference="sac")

@@ -16,15 +16,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent import diagnose
+from agent import diagnose, inspection
 from agent.agent import Agent
 from agent.config import RunConfig
-from agent.loop import CHECKPOINT_NAME
+from agent.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 150
-GEODESIC = {"latent_dim": 4, "encoder_dim": 16, "prototypes": 8, "feature_dim": 8, "d_k": 8}
+GEODESIC = {
+    "latent_dim": 4,
+    "encoder_dim": 16,
+    "head": {"d_k": 8},
+    "context": {"prototypes": 8, "feature_dim": 8},
+}
 SCALARS = (
     "node67_relative",
     "node69_degenerate_fraction",
@@ -36,17 +41,23 @@ SCALARS = (
 
 
 def to_toml(sections: dict) -> str:
-    """Flat sections of ints, floats, bools and strings as TOML."""
+    """Sections of ints, floats, bools and strings as TOML; a nested table is written as its
+    own dotted table ([dynamics.head])."""
 
     def value(v) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         return json.dumps(v)
 
-    return "\n".join(
-        f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in keys.items())
-        for name, keys in sections.items()
-    )
+    def table(name: str, keys: dict) -> list[str]:
+        plain = {k: v for k, v in keys.items() if not isinstance(v, dict)}
+        out = [f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in plain.items())]
+        for k, v in keys.items():
+            if isinstance(v, dict):
+                out += table(f"{name}.{k}", v)
+        return out
+
+    return "\n".join(text for name, keys in sections.items() for text in table(name, keys))
 
 
 def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
@@ -102,7 +113,7 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
 
     agent = Agent.load(geodesic_run / CHECKPOINT_NAME)  # the same reports, computed here
     agent.model.eval()
-    batch = diagnose.sample_batch(agent, 32)
+    batch = inspection.sample_batch(agent, 32)
     assert batch.history_obs.shape[0] == agent.model.history_length == 4
     expected, _ = agent.model.dynamics.node_reports(
         batch, value_fn=agent.model.value, max_states=32
@@ -144,7 +155,7 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
     fit = report["latent_fit"]
     horizon = agent.config.loss.horizon
     assert fit["horizon"] == horizon == len(fit["consistency"]) and fit["states"] == 32
-    batch = diagnose.sample_batch(agent, 32, horizon)
+    batch = inspection.sample_batch(agent, 32, horizon)
     model = agent.model
     with torch.no_grad():
         state = model.encode(batch.obs[0])
@@ -162,7 +173,7 @@ def test_text_report_in_a_real_process(geodesic_run):
     done = run_module("agent.diagnose", str(geodesic_run))
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    report = diagnose.diagnose(geodesic_run, states=64)  # the same report, in this process
+    report = inspection.diagnose(geodesic_run, states=64)  # the same report, in this process
     for node in report["geometric"]["nodes"]:
         status = "OK" if node["passed"] else "WARN"
         row = next(line for line in text.splitlines() if line.startswith(f"| {node['node']} "))

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 
 from agent.agent import Agent
 from agent.config import RunConfig
-from agent.loop import CHECKPOINT_NAME, Trainer
+from agent.loop import Trainer
+from agent.runs import CHECKPOINT_NAME
 from agent.train import build_parser
 from geometry import poincare as P
 from tests.agent.conftest import tiny
@@ -127,7 +128,7 @@ def test_a_ball_latent_dynamics_plugs_in_through_the_registry(tmp_path):
     assert float(agent.model._target_dynamics.anchor.norm()) < 1.0
 
     # the dynamics' buffers and ball parameter are checkpointed and restored
-    resumed = Trainer.resume(tmp_path / "run")
+    resumed = Agent.resume(tmp_path / "run")
     assert int(resumed.agent.model.dynamics.transitions_seen) == 120
     assert torch.equal(resumed.agent.model.dynamics.anchor, dyn.anchor)
     assert isinstance(resumed.agent.model.dynamics.anchor, geoopt.ManifoldParameter)

@@ -1,0 +1,163 @@
+"""Command-line plumbing shared by the `python -m agent.*` commands (library code).
+
+- `OneLineParser`: argparse whose errors are one line and exit 2.
+- `add_config_flags` / `config_overrides`: a flag for every field of every config section,
+  generated from the dataclasses (`--planner.horizon 5`, `--dynamics.head.wilson path_ordered`;
+  nested dataclass fields get dotted paths), with the field's docstring and default as help.
+  Nothing is kept by hand: a new config field is a new flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+from agent.config import field_docs
+
+__all__ = [
+    "OneLineParser",
+    "add_config_flags",
+    "config_overrides",
+    "dotted_table",
+    "field_doc",
+    "merge_tables",
+    "parse_value",
+]
+
+_DEST = "config:"  # argparse dest prefix of the generated flags
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (argparse prints usage and the error on two) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _walk(cls: type, prefix: str = "") -> Iterator[tuple[str, Any, str, Any]]:
+    """(dotted path, type hint, docstring, default) of every init field of the dataclass `cls`,
+    descending into dataclass-typed fields."""
+    hints, docs, defaults = typing.get_type_hints(cls), field_docs(cls), cls()
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp, value = hints[f.name], getattr(defaults, f.name)
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            yield from _walk(tp, f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", tp, docs.get(f.name, ""), value
+
+
+def _options(tp: Any) -> tuple[Any, ...]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return typing.get_args(tp)
+    return (tp,)
+
+
+def _metavar(tp: Any) -> str:
+    names = []
+    for option in _options(tp):
+        if option is type(None):
+            names.append("none")
+        elif typing.get_origin(option) is typing.Literal:
+            names.extend(str(a) for a in typing.get_args(option))
+        else:
+            names.append(getattr(option, "__name__", str(option)).upper())
+    return "|".join(names)
+
+
+def parse_value(text: str, tp: Any) -> Any:
+    """The command-line string `text` as a value of the type hint `tp` (int, float, str, bool,
+    None in a union); ValueError (one line) if it is none of them."""
+    for option in _options(tp):
+        if option is type(None) and text.lower() in ("none", "null"):
+            return None
+    for option in _options(tp):
+        if option is bool:
+            lowered = text.lower()
+            if lowered in ("true", "yes", "1", "on"):
+                return True
+            if lowered in ("false", "no", "0", "off"):
+                return False
+        elif option is int:
+            try:
+                return int(text)
+            except ValueError:
+                pass
+        elif option is float:
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        elif option is str:
+            return text
+    raise ValueError(f"{text!r} is not {_metavar(tp).lower().replace('|', ' or ')}")
+
+
+def add_config_flags(parser: argparse.ArgumentParser, sections: dict[str, type]) -> None:
+    """One flag `--{section}.{path}` per config field of each section's dataclass, in an
+    argument group per section; unset flags leave the config alone."""
+    for section, cls in sections.items():
+        title = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        group = parser.add_argument_group(f"[{section}] {cls.__name__}", title)
+        for path, tp, doc, default in _walk(cls):
+
+            def convert(text: str, tp=tp, flag=f"--{section}.{path}") -> Any:
+                try:
+                    return parse_value(text, tp)
+                except ValueError as err:
+                    raise argparse.ArgumentTypeError(f"{flag}: {err}") from None
+
+            group.add_argument(
+                f"--{section}.{path}",
+                dest=f"{_DEST}{section}.{path}",
+                type=convert,
+                default=argparse.SUPPRESS,
+                metavar=_metavar(tp),
+                help=f"{doc} (default: {default!r})".replace("%", "%%"),
+            )
+
+
+def dotted_table(path: str, value: Any) -> dict[str, Any]:
+    """ "a.b.c", v -> {"a": {"b": {"c": v}}}."""
+    *parents, leaf = path.split(".")
+    table: dict[str, Any] = {leaf: value}
+    for key in reversed(parents):
+        table = {key: table}
+    return table
+
+
+def field_doc(sections: dict[str, type], path: str) -> str:
+    """The docstring of the field at the dotted `path` ("dynamics.head.kernel"), or ""."""
+    section, *keys = path.split(".")
+    cls = sections.get(section)
+    for key in keys[:-1]:
+        hints = typing.get_type_hints(cls) if cls is not None else {}
+        cls = hints.get(key)
+    return field_docs(cls).get(keys[-1], "") if cls is not None else ""
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The generated flags that were given, as nested sections {section: {key: value}} (a
+    dotted path becomes nested tables), ready for RunConfig.from_dict."""
+    out: dict[str, Any] = {}
+    for dest, value in vars(args).items():
+        if not dest.startswith(_DEST):
+            continue
+        out = merge_tables(out, dotted_table(dest[len(_DEST) :], value))
+    return out
+
+
+def merge_tables(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `extra`'s keys set, nested tables merged key by key (a new dict)."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_tables(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,159 @@
+"""What a comparison compares: CompareConfig (methods, seeds, steps, evaluation points, the
+RunConfig overrides), validated at construction so that bad input fails before anything runs.
+
+A `--config` file applies by section, as `agent.train` applies it; [dynamics] keys go to every
+world model, a sub-table [dynamics.NAME] to world model NAME only (their keys differ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.cli import merge_tables
+from agent.config import ConfigError, RunConfig, TrainConfig
+from world_model.registry import dynamics_names, get_dynamics
+
+__all__ = ["SAC", "DEFAULT_POINTS", "DEFAULT_WORLD_MODELS", "CompareConfig", "default_points"]
+
+SAC = "sac"
+DEFAULT_POINTS = (1000, 2500, 5000)
+DEFAULT_WORLD_MODELS = ("geodesic", "gru")
+
+
+def default_points(steps: int) -> tuple[int, ...]:
+    """1k, 2.5k and 5k env steps below `steps`, then `steps` itself."""
+    return (*(p for p in DEFAULT_POINTS if p < steps), steps)
+
+
+def _positive(value: Any, flag: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+
+
+@dataclass
+class CompareConfig:
+    """One comparison (the command line's flags), validated at construction."""
+
+    env_id: str = "Pendulum-v1"
+    """gymnasium environment id with continuous actions"""
+    seeds: int = 3
+    """every method trains once per seed 1..seeds"""
+    steps: int = 5000
+    """env steps of every run"""
+    points: tuple[int, ...] = ()
+    """env steps at which every run is evaluated (sorted; `steps` is always the last); empty:
+    default_points(steps)"""
+    world_models: tuple[str, ...] = DEFAULT_WORLD_MODELS
+    """world models from world_model.registry, each trained as an agent"""
+    sac: bool = True
+    """also train SB3's SAC (default settings) as the model-free reference"""
+    episodes: int = 10
+    """deterministic evaluation episodes at each point"""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """RunConfig overrides by section (a --config file); [dynamics.NAME] for one world model"""
+    reference: str | None = None
+    """the method every other one is compared with seed by seed (the paired table); None: gru
+    when it is compared, else the first method"""
+    train: TrainConfig = field(init=False, repr=False)
+    """the [train] section every method shares (env, episode limit, eval seed, threads)"""
+
+    def __post_init__(self):
+        _positive(self.seeds, "--seeds")
+        _positive(self.steps, "--steps")
+        _positive(self.episodes, "--episodes")
+        for point in self.points:
+            _positive(point, "every --at value")
+            if point > self.steps:
+                raise ConfigError(f"--at {point} lies beyond --steps {self.steps}")
+        self.points = (
+            tuple(sorted({*self.points, self.steps})) if self.points else default_points(self.steps)
+        )
+        self.world_models = tuple(self.world_models)
+        if len(set(self.world_models)) != len(self.world_models):
+            raise ConfigError(f"--world-models names a world model twice: {self.world_models}")
+        if not self.world_models and not self.sac:
+            raise ConfigError("nothing to compare: no --world-models and --no-sac")
+        for name in self.world_models:
+            if name == SAC:
+                raise ConfigError("SAC is not a world model; it runs unless --no-sac is given")
+            try:
+                get_dynamics(name)
+            except ValueError as err:
+                raise ConfigError(str(err)) from None
+        if self.reference is None:
+            self.reference = "gru" if "gru" in self.world_models else self.methods[0]
+        elif self.reference not in self.methods:
+            raise ConfigError(
+                f"--reference {self.reference!r} is not compared here; "
+                f"choose one of: {', '.join(self.methods)}"
+            )
+        if not isinstance(self.overrides, dict):
+            raise ConfigError("--config must hold a table of sections")
+        if not isinstance(self.overrides.get("train", {}), dict):
+            raise ConfigError("[train] must be a table of key = value")
+        self.train = self._train_config()
+        for name in self.world_models:
+            self.run_config(name, seed=1)  # every override checked before anything runs
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(1, self.seeds + 1))
+
+    @property
+    def methods(self) -> list[str]:
+        return [*self.world_models, *([SAC] if self.sac else [])]
+
+    def _train_overrides(self, world_model: str, seed: int) -> dict[str, Any]:
+        return {
+            **self.overrides.get("train", {}),
+            "env_id": self.env_id,
+            "world_model": world_model,
+            "seed": seed,
+            "steps": self.steps,
+            "eval_every": 0,  # evaluation happens at the points, from compare's callback
+            "eval_episodes": self.episodes,
+        }
+
+    def _train_config(self) -> TrainConfig:
+        """The [train] section every method shares (env, episode limit, eval seed, threads)."""
+        world_model = self.world_models[0] if self.world_models else TrainConfig.world_model
+        return RunConfig.from_dict({"train": self._train_overrides(world_model, 1)}).train
+
+    def run_config(self, world_model: str, seed: int) -> RunConfig:
+        """agent.train's defaults < the overrides (with world_model's [dynamics]) < this run."""
+        sections = {
+            **self.overrides,
+            "train": self._train_overrides(world_model, seed),
+            "dynamics": _dynamics_overrides(self.overrides.get("dynamics", {}), world_model),
+        }
+        try:
+            return RunConfig.from_dict(sections)
+        except ConfigError as err:
+            hint = (
+                " (keys of one world model go in [dynamics.NAME])" if "dynamics" in str(err) else ""
+            )
+            raise ConfigError(f"world model {world_model!r}: {err}{hint}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env_id": self.env_id,
+            "seeds": self.seed_list,
+            "steps": self.steps,
+            "points": list(self.points),
+            "methods": self.methods,
+            "reference": self.reference,
+            "episodes": self.episodes,
+            "eval_seeds": [self.train.eval_seed + k for k in range(self.episodes)],
+            "overrides": self.overrides,
+        }
+
+
+def _dynamics_overrides(section: Any, world_model: str) -> Any:
+    """[dynamics] keys shared by every world model, then [dynamics.<world_model>]'s."""
+    if not isinstance(section, dict):
+        return section  # RunConfig.from_dict reports it
+    names = set(dynamics_names())
+    shared = {k: v for k, v in section.items() if not (k in names and isinstance(v, dict))}
+    own = section.get(world_model)
+    return merge_tables(shared, own) if isinstance(own, dict) else shared

@@ -1,0 +1,126 @@
+"""The comparison's tables (Markdown: one row per method and point, then the paired table) and
+its figure (learning_curves.png)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from agent.comparison.results import Comparison
+
+__all__ = ["count", "format_table", "plot_learning_curves"]
+
+
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
+
+
+def format_table(comparison: Comparison) -> str:
+    """The comparison as one Markdown table, with a header line saying what the numbers are."""
+    config = comparison.config
+    first, last = config.train.eval_seed, config.train.eval_seed + config.episodes - 1
+    header = (
+        f"{config.env_id}: {count(config.seeds, 'seed')} x {config.episodes} deterministic "
+        f"evaluation episodes (seeds {first}..{last}); return: mean ± std over seeds of each "
+        "seed's mean; "
+        "training s: wall time to the point without evaluation (mean over seeds)"
+    )
+    columns = [
+        "method",
+        "env steps",
+        "return",
+        "per seed",
+        "training s",
+        "x SAC",
+        "plan ms",
+        "update ms",
+    ]
+    rows = [
+        [
+            row.method,
+            str(row.step),
+            f"{row.mean:.1f} ± {row.std:.1f}",
+            ", ".join(f"{v:.0f}" for v in row.per_seed.values()),
+            f"{row.train_s:.1f}",
+            _fmt(row.ratio_to_sac, ".2f", "x"),
+            _fmt(row.plan_ms, ".1f"),
+            _fmt(row.update_ms, ".1f"),
+        ]
+        for row in comparison.summary()
+    ]
+    if not rows:
+        return f"{header}\n(no evaluation finished)"
+    return "\n".join([header, "", *_markdown(columns, rows), *_paired_table(comparison)])
+
+
+def _markdown(columns: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "| " + " | ".join("-" * w for w in widths) + " |"
+    return [line(columns), rule, *map(line, rows)]
+
+
+def _paired_table(comparison: Comparison) -> list[str]:
+    """The paired table's lines (none when nothing can be paired)."""
+    paired = comparison.paired()
+    if not paired:
+        return []
+    reference = comparison.config.reference
+    header = (
+        f"Paired by seed against {reference} (same seeds, same evaluation episodes): "
+        f"difference = method - {reference} of each seed's mean return, > 0 is better; "
+        "95% CI: bootstrap over seeds of the mean difference"
+    )
+    columns = ["method", "env steps", "better on", "mean diff", "median diff", "95% CI"]
+    rows = [
+        [
+            row.method,
+            str(row.step),
+            f"{row.wins}/{row.seeds} seeds",
+            f"{row.mean_diff:+.1f}",
+            f"{row.median_diff:+.1f}",
+            "—" if row.ci_low is None else f"[{row.ci_low:+.1f}, {row.ci_high:+.1f}]",
+        ]
+        for row in paired
+    ]
+    return ["", header, "", *_markdown(columns, rows)]
+
+
+def plot_learning_curves(comparison: Comparison) -> Path | None:
+    """learning_curves.png: each method's mean return over seeds against env steps, with a
+    +- std band (matplotlib's Agg canvas, no display). None when no point has finished."""
+    rows = comparison.summary()
+    if not rows:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for method in comparison.config.methods:
+        mine = [r for r in rows if r.method == method]
+        if not mine:
+            continue
+        steps = np.array([r.step for r in mine])
+        mean, std = np.array([r.mean for r in mine]), np.array([r.std for r in mine])
+        seeds = max(len(r.per_seed) for r in mine)
+        (curve,) = ax.plot(steps, mean, marker="o", label=f"{method} ({count(seeds, 'seed')})")
+        ax.fill_between(steps, mean - std, mean + std, color=curve.get_color(), alpha=0.2)
+    config = comparison.config
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(f"eval return (mean ± std over seeds, {config.episodes} episodes each)")
+    ax.set_title(f"{config.env_id}" + (" (interrupted)" if comparison.status != "done" else ""))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.savefig(comparison.plot_path, dpi=120)
+    return comparison.plot_path

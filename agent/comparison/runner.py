@@ -1,0 +1,294 @@
+"""Training the compared methods: each world model's agent (one uninterrupted, measured
+`Trainer` run evaluated from a callback) and SB3's SAC, seed by seed, into run folders; then
+`run_comparison`, which trains them all, keeps results.json current and draws the figure.
+
+Training time excludes evaluation, checkpoints and diagnostics. A Ctrl-C stops the run in
+progress at its next step; results.json keeps everything finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from agent.agent import Agent
+from agent.comparison.config import SAC, CompareConfig
+from agent.comparison.report import count, plot_learning_curves
+from agent.comparison.results import Comparison, MethodRun, PointResult
+from agent.config import ConfigError
+from agent.loop import Trainer
+from envs import make_env
+from envs.scaling import scale_spaces
+
+__all__ = [
+    "new_run_dir",
+    "output_dir",
+    "preflight",
+    "run_comparison",
+    "sac_returns",
+    "train_agent",
+    "train_sac",
+    "write_progress",
+]
+
+
+class _Clock:
+    """Wall and CPU seconds spent inside `with clock:` blocks."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self) -> _Clock:
+        self._start = (time.perf_counter(), time.process_time())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        wall, cpu = self._start
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+
+
+class _MeasuredTrainer(Trainer):
+    """A Trainer that clocks evaluation, checkpoints and diagnostics apart from training
+    (`bookkeeping`) and keeps the returns of its latest evaluation."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.bookkeeping = _Clock()
+        self.last_returns: np.ndarray | None = None
+
+    def evaluate(self, episodes: int | None = None) -> np.ndarray:
+        with self.bookkeeping:
+            self.last_returns = super().evaluate(episodes)
+        return self.last_returns
+
+    def save(self) -> Path:
+        with self.bookkeeping:
+            return super().save()
+
+    def log_diagnostics(self) -> None:
+        with self.bookkeeping:
+            super().log_diagnostics()
+
+
+def _per_call_ms(seconds: float, calls: int) -> float | None:
+    return 1e3 * seconds / calls if calls else None
+
+
+def train_agent(
+    config: CompareConfig,
+    world_model: str,
+    seed: int,
+    run_dir: Path,
+    on_point: Callable[[PointResult], None],
+) -> str:
+    """Train the agent with `world_model` on `seed` to config.steps, logging to `run_dir`, and
+    hand each evaluation point to `on_point`. Returns the Trainer's status ('done' or
+    'interrupted': a Ctrl-C stops at the next step with a checkpoint written)."""
+    run_config = config.run_config(world_model, seed)
+    agent = Agent(None, run_config)
+    (run_dir / "config.json").write_text(json.dumps(run_config.to_dict(), indent=2))
+    trainer = _MeasuredTrainer(agent, run_dir, progress=run_config.train.progress)
+    pending = list(config.points)
+    start_wall, start_cpu = time.perf_counter(), time.process_time()
+
+    def at_point(trainer: _MeasuredTrainer) -> bool:
+        if not pending or agent.num_timesteps != pending[0]:
+            return True
+        step = pending.pop(0)
+        clock, timing = trainer.bookkeeping, dict(agent.timing)
+        train_s = time.perf_counter() - start_wall - clock.wall
+        train_cpu_s = time.process_time() - start_cpu - clock.cpu
+        eval_start = time.perf_counter()
+        trainer.evaluate_and_log()  # logged as eval/mean_return at this step
+        on_point(
+            PointResult(
+                step=step,
+                returns=[float(r) for r in trainer.last_returns],
+                train_s=train_s,
+                train_cpu_s=train_cpu_s,
+                eval_s=time.perf_counter() - eval_start,
+                plan_ms=_per_call_ms(timing["plan_s"], timing["plans"]),
+                update_ms=_per_call_ms(timing["update_s"], timing["updates"]),
+                updates=timing["updates"],
+            )
+        )
+        return True
+
+    try:
+        return trainer.run(config.steps, callback=at_point)
+    finally:
+        trainer.close()
+
+
+def sac_returns(model: Any, env: Any, episodes: int, seed: int) -> np.ndarray:
+    """Returns [episodes] of SAC's deterministic policy, episode k reset with seed + k."""
+    returns = np.zeros(episodes)
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        done = False
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            returns[k] += float(reward)
+            done = bool(terminated or truncated)
+    return returns
+
+
+def train_sac(
+    config: CompareConfig, seed: int, run_dir: Path, on_point: Callable[[PointResult], None]
+) -> str:
+    """SB3's SAC("MlpPolicy") with its default settings on `seed`, on the agents' env (same
+    episode limit) and threads setting, evaluated on the same episodes; TensorBoard logs in
+    `run_dir`. Returns 'done' or 'interrupted' (Ctrl-C)."""
+    from stable_baselines3 import SAC as SoftActorCritic
+    from stable_baselines3.common.logger import configure
+
+    tc = config.train
+    if tc.single_thread:
+        torch.set_num_threads(1)
+    # the agents' own view (actions in [-1, 1], fixed observation scaling), so that SAC sees
+    # exactly the inputs the world models see
+    env = scale_spaces(make_env(tc.env_id, seed=seed, max_episode_steps=tc.max_episode_steps), seed)
+    eval_env = scale_spaces(make_env(tc.env_id, max_episode_steps=tc.max_episode_steps))
+    model = SoftActorCritic("MlpPolicy", env, seed=seed, verbose=0)
+    model.set_logger(configure(str(run_dir), ["tensorboard"]))
+    train_s = train_cpu_s = 0.0
+    trained = 0
+    try:
+        for step in config.points:
+            with _Clock() as clock:
+                model.learn(step - trained, reset_num_timesteps=trained == 0)
+            trained = step
+            train_s, train_cpu_s = train_s + clock.wall, train_cpu_s + clock.cpu
+            with _Clock() as eval_clock:
+                returns = sac_returns(model, eval_env, config.episodes, tc.eval_seed)
+            model.logger.record("eval/mean_return", float(returns.mean()))
+            model.logger.record("eval/std_return", float(returns.std()))
+            model.logger.dump(step)
+            on_point(
+                PointResult(
+                    step, [float(r) for r in returns], train_s, train_cpu_s, eval_clock.wall
+                )
+            )
+    except KeyboardInterrupt:
+        return "interrupted"
+    finally:
+        model.logger.close()
+        env.close()
+        eval_env.close()
+    return "done"
+
+
+def _fresh_dir(path: Path) -> Path:
+    """Create `path`, or path-1, path-2, ... if it exists (mkdir is the test: two runs started in
+    the same second get distinct folders)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    candidate, k = path, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
+
+
+def new_run_dir(base: Path, env_id: str, method: str, seed: int) -> Path:
+    """base/{env}__{method}__{seed}__{time}, the layout of agent.train's run folders."""
+    return _fresh_dir(base / f"{env_id.replace('/', '-')}__{method}__{seed}__{int(time.time())}")
+
+
+def write_progress(line: str) -> None:
+    """One progress line on stderr (above tqdm's bars)."""
+    tqdm.write(line, file=sys.stderr)
+
+
+def _point_line(done: int, total: int, method: str, seed: int, point: PointResult) -> str:
+    returns = np.asarray(point.returns)
+    return (
+        f"[{done}/{total}] {method} seed {seed} @ {point.step} steps: return "
+        f"{returns.mean():.1f} ± {returns.std():.1f} over {count(returns.size, 'episode')} "
+        f"(training {point.train_s:.1f} s, evaluation {point.eval_s:.1f} s)"
+    )
+
+
+def run_comparison(
+    config: CompareConfig,
+    out: str | Path,
+    *,
+    meta: dict[str, Any] | None = None,
+    report: Callable[[str], None] = write_progress,
+) -> Comparison:
+    """Train every method on every seed (seed by seed), evaluating at config.points; results.json
+    is rewritten after every evaluation and learning_curves.png drawn at the end. A Ctrl-C ends
+    the comparison with status 'interrupted' and keeps everything finished."""
+    comparison = Comparison(config, Path(out), meta=dict(meta or {}))
+    comparison.meta["load_average_before"] = os.getloadavg()
+    runs_dir = comparison.out / "runs"
+    total = len(config.seed_list) * len(config.methods) * len(config.points)
+    try:
+        for seed in config.seed_list:
+            for method in config.methods:
+                run_dir = new_run_dir(runs_dir, config.env_id, method, seed)
+                run = MethodRun(method, seed, str(run_dir))
+                comparison.runs.append(run)
+                report(f"{method} seed {seed}: training to {config.steps} steps in {run_dir}")
+
+                def on_point(point: PointResult, run: MethodRun = run) -> None:
+                    run.points.append(point)
+                    comparison.save()
+                    done = sum(len(r.points) for r in comparison.runs)
+                    report(_point_line(done, total, run.method, run.seed, point))
+
+                if method == SAC:
+                    run.status = train_sac(config, seed, run_dir, on_point)
+                else:
+                    run.status = train_agent(config, method, seed, run_dir, on_point)
+                comparison.save()
+                if run.status == "interrupted":
+                    raise KeyboardInterrupt
+        comparison.status = "done"
+    except KeyboardInterrupt:
+        comparison.status = "interrupted"
+        for run in comparison.runs:
+            if run.status == "running":
+                run.status = "interrupted"
+    finally:
+        comparison.meta["load_average_after"] = os.getloadavg()
+        comparison.meta["torch_threads"] = torch.get_num_threads()
+        comparison.save()
+        plot_learning_curves(comparison)
+    return comparison
+
+
+def preflight(config: CompareConfig) -> None:
+    """Build every world model's agent once (env, action space, device, model config) so that
+    bad input fails before anything trains."""
+    for name in config.world_models:
+        agent = Agent(None, config.run_config(name, seed=1))
+        agent.env.close()
+    if config.sac:
+        tc = config.train
+        make_env(tc.env_id, max_episode_steps=tc.max_episode_steps).close()
+
+
+def output_dir(out: str | None, env_id: str) -> Path:
+    """--out (which must not hold a comparison already), or runs/compare__{env}__{time}."""
+    if out is not None:
+        path = Path(out)
+        if (path / "results.json").exists():
+            raise ConfigError(f"--out {out!r} already holds a comparison; choose another folder")
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"--out {out!r} is a file, not a folder")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return _fresh_dir(Path("runs") / f"compare__{env_id.replace('/', '-')}__{int(time.time())}")
