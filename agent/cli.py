@@ -65,6 +65,9 @@ def _metavar(tp: Any) -> str:
             names.append("none")
         elif typing.get_origin(option) is typing.Literal:
             names.extend(str(a) for a in typing.get_args(option))
+        elif typing.get_origin(option) is tuple:
+            args = typing.get_args(option)
+            names.append(",".join("..." if a is Ellipsis else _metavar(a) for a in args))
         else:
             names.append(getattr(option, "__name__", str(option)).upper())
     return "|".join(names)
@@ -77,6 +80,13 @@ def parse_value(text: str, tp: Any) -> Any:
         if option is type(None) and text.lower() in ("none", "null"):
             return None
     for option in _options(tp):
+        if typing.get_origin(option) is tuple:  # "1.0,0.01" -> (1.0, 0.01)
+            parts, kinds = text.split(","), typing.get_args(option)
+            if len(kinds) == 2 and kinds[1] is Ellipsis:
+                kinds = (kinds[0],) * len(parts)
+            if len(parts) == len(kinds):
+                return tuple(parse_value(p.strip(), k) for p, k in zip(parts, kinds, strict=True))
+            continue
         if option is bool:
             lowered = text.lower()
             if lowered in ("true", "yes", "1", "on"):

@@ -23,6 +23,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.config import migrate_config  # noqa: E402
 
 
 def train(tree: Path, logdir: Path, args: argparse.Namespace) -> Path:
@@ -91,8 +94,11 @@ def main() -> int:
             old = train(worktree, tmp / "runs_old", args)
             new = train(ROOT, tmp / "runs_new", args)
             rows = compare(old, new)
-            cfg_old = json.loads((old / "config.json").read_text())
+            version = int(torch.load(old / "checkpoint.pt", weights_only=True)["format"][-1])
+            cfg_old = migrate_config(json.loads((old / "config.json").read_text()), version)
             cfg_new = json.loads((new / "config.json").read_text())
+            for cfg in (cfg_old, cfg_new):
+                cfg["train"].pop("logdir")  # each run's own temporary folder
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(worktree)], check=False)  # fmt: skip
@@ -106,7 +112,7 @@ def main() -> int:
     flatten("config", cfg_old, flat_old)
     flatten("config", cfg_new, flat_new)
     changed = sorted(k for k in set(flat_old) | set(flat_new) if flat_old.get(k) != flat_new.get(k))
-    print(f"\nconfig keys that differ: {', '.join(changed) or 'none'}")
+    print(f"\nconfig keys that differ (the old one migrated): {', '.join(changed) or 'none'}")
     return 0 if all(r[2] == "bit-identical" for r in rows) else 1
 
 

@@ -282,6 +282,9 @@ def test_every_config_field_is_a_flag_listed_by_help(world_model, capsys):
     assert config.planner.horizon == 4 and config.agent.discount is None
     assert config.train.single_thread is False and config.train.steps == 9
     assert parse_value("1e-3", float) == 1e-3
+    assert parse_value("1.0, 0.01", tuple[float, float]) == (1.0, 0.01)
+    with pytest.raises(ValueError, match="is not"):
+        parse_value("1,2,3", tuple[float, float])
     code, lines, _ = call_main(train_cli.main, ["--planner.horizon", "four"], capsys)
     assert code == 2 and len(lines) == 1 and "--planner.horizon: 'four' is not int" in lines[0]
 
