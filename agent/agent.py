@@ -224,18 +224,12 @@ class Agent:
     def check_env(self, env: gym.Env) -> None:
         """Raise ConfigError (one line) unless `env`'s spaces are the ones the agent was
         trained on (in the env's own units, as predict expects them)."""
-        trained = self.spaces.bounds()
         try:
-            given = SpaceScaling.from_env(env).bounds()
+            problem = SpaceScaling.from_env(env).mismatch(self.spaces.bounds())
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        for name in ("observation", "action"):
-            if given[name] != trained[name]:
-                raise ConfigError(
-                    f"the env's {name} space {getattr(env, name + '_space')} differs from the "
-                    f"one this agent was trained on (low {trained[name][0]}, high "
-                    f"{trained[name][1]}); pass the task's own env (envs.make_env or gym.make)"
-                )
+        if problem is not None:
+            raise ConfigError(problem)
 
     # ------------------------------------------------------------------ learning
     def observe(
@@ -329,11 +323,9 @@ class Agent:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "spaces" in state and state["spaces"] != self.spaces.bounds():
-            raise ValueError(
-                f"the env's spaces {self.spaces.bounds()} differ from the trained ones "
-                f"{state['spaces']}"
-            )
+        problem = self.spaces.mismatch(state["spaces"]) if "spaces" in state else None
+        if problem is not None:  # an env other than the trained one (checkpoints since v2)
+            raise ConfigError(problem)
         self.model.load_state_dict(state["model"])
         self.optim.load_state_dict(state["optim"])
         # torch's Optimizer.load_state_dict turns every "step" into a float32 tensor; geoopt keeps
@@ -370,6 +362,18 @@ class Agent:
         """Rebuild an agent from `save` (or from a run's checkpoint.pt). `overrides` are config
         sections to change, e.g. train={"steps": 20_000}."""
         state = load_checkpoint(path, required=("config", "agent"))
+        return cls._from_state(state, path, env, device, overrides)
+
+    @classmethod
+    def _from_state(
+        cls,
+        state: dict[str, Any],
+        path: str | Path,
+        env: gym.Env | None,
+        device: str | None,
+        overrides: dict[str, Any],
+    ) -> Agent:
+        """`load` of a checkpoint already read from `path` (named in errors)."""
         version = format_version(state)
         try:
             config = RunConfig.from_dict(migrate_config(state["config"], version))
@@ -379,21 +383,13 @@ class Agent:
             raise CheckpointError(
                 f"checkpoint {str(path)!r} (format version {version}): invalid config: {err}"
             ) from None
-        given_env = env is not None
         if env is None:
             env = make_run_env(config, seed=None, scaled=False)
         agent = cls(env, config, device=device)
-        if given_env and "spaces" in state["agent"]:
-            trained = state["agent"]["spaces"]
-            for name in ("observation", "action"):
-                if agent.spaces.bounds()[name] != trained[name]:
-                    raise ConfigError(
-                        f"checkpoint {str(path)!r} was trained on {name} bounds low "
-                        f"{trained[name][0]}, high {trained[name][1]}; the env given has "
-                        f"{getattr(env, name + '_space')} (pass the task's own env)"
-                    )
         try:
             agent.load_state_dict(state["agent"])
+        except ConfigError:  # the env given is not the trained one: that line says so
+            raise
         except (KeyError, RuntimeError, ValueError, TypeError) as err:
             detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise CheckpointError(
@@ -415,6 +411,6 @@ class Agent:
         purges whatever was logged after the checkpoint. `overrides` as in `load`."""
         path = Path(run_dir) / CHECKPOINT_NAME
         state = load_checkpoint(path, required=("config", "agent", "loop", "rng"))
-        agent = cls.load(path, device=device, **(overrides or {}))
+        agent = cls._from_state(state, path, None, device, overrides or {})
         agent._trainer = Trainer.restore(agent, run_dir, state, progress=progress)
         return agent._trainer

@@ -26,8 +26,10 @@ __all__ = [
     "PACKAGES",
     "RunError",
     "checkpoint_path",
+    "fresh_dir",
     "make_run_dir",
     "make_run_env",
+    "run_dir_name",
     "run_metadata",
 ]
 
@@ -70,20 +72,29 @@ def checkpoint_path(path: str | Path) -> Path:
     return path / CHECKPOINT_NAME if path.is_dir() else path
 
 
+def fresh_dir(path: Path) -> Path:
+    """Create `path`, or path-1, path-2, ... if it exists, and return it (mkdir is the test:
+    two runs started in the same second get distinct folders)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    candidate, k = path, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
+
+
+def run_dir_name(env_id: str, method: str, seed: int) -> str:
+    """{env}__{method}__{seed}__{time}: the name of a run folder."""
+    return f"{env_id.replace('/', '-')}__{method}__{seed}__{int(time.time())}"
+
+
 def make_run_dir(config: RunConfig) -> Path:
     """A new, empty run folder under config.train.logdir (created; distinct even for two runs
     started in the same second)."""
     tc = config.train
-    stem = f"{tc.env_id.replace('/', '-')}__{tc.world_model}__{tc.seed}__{int(time.time())}"
-    base = Path(tc.logdir)
-    base.mkdir(parents=True, exist_ok=True)
-    run_dir, k = base / stem, 1
-    while True:  # mkdir is the test: two runs started in the same second get distinct folders
-        try:
-            run_dir.mkdir()
-            return run_dir
-        except FileExistsError:
-            run_dir, k = base / f"{stem}-{k}", k + 1
+    return fresh_dir(Path(tc.logdir) / run_dir_name(tc.env_id, tc.world_model, tc.seed))
 
 
 def _git_commit() -> dict[str, Any]:

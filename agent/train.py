@@ -121,8 +121,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     for flag, path in ALIASES.items():
         if getattr(args, flag, None) is not None:
             flags = merge_tables(flags, dotted_table(path, getattr(args, flag)))
-    if not isinstance(data, dict):
-        raise ConfigError("a run config must be a table of sections")
     world_model = flags.get("train", {}).get("world_model")
     if world_model is not None and isinstance(data.get("train", {}), dict):
         data = merge_tables(data, {"train": {"world_model": world_model}})

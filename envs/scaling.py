@@ -122,6 +122,20 @@ class SpaceScaling:
     def action(self, action: np.ndarray) -> np.ndarray:
         return np.asarray(self._to_env(np.asarray(action, dtype=np.float32)), dtype=np.float32)
 
+    def mismatch(self, trained: dict[str, list[list[float]]]) -> str | None:
+        """None if these spaces have the `trained` bounds (as `bounds()` gives them), else one
+        line naming the space that differs."""
+        given = self.bounds()
+        for name in ("observation", "action"):
+            if given[name] != trained[name]:
+                low, high = trained[name]
+                return (
+                    f"the env's {name} space {getattr(self, name + '_space')} differs from the "
+                    f"one this agent was trained on (trained on {name} bounds low {low}, high "
+                    f"{high}); pass the task's own env (envs.make_env or gym.make)"
+                )
+        return None
+
     def bounds(self) -> dict[str, list[list[float]]]:
         """{"observation": [low, high], "action": [low, high]} as lists (checkpoint-friendly)."""
         return {

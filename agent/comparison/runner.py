@@ -26,11 +26,11 @@ from agent.comparison.report import count, plot_learning_curves
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.config import ConfigError
 from agent.loop import Trainer
+from agent.runs import fresh_dir, run_dir_name
 from envs import make_env
 from envs.scaling import scale_spaces
 
 __all__ = [
-    "new_run_dir",
     "output_dir",
     "preflight",
     "run_comparison",
@@ -189,24 +189,6 @@ def train_sac(
     return "done"
 
 
-def _fresh_dir(path: Path) -> Path:
-    """Create `path`, or path-1, path-2, ... if it exists (mkdir is the test: two runs started in
-    the same second get distinct folders)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    candidate, k = path, 1
-    while True:
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
-
-
-def new_run_dir(base: Path, env_id: str, method: str, seed: int) -> Path:
-    """base/{env}__{method}__{seed}__{time}, the layout of agent.train's run folders."""
-    return _fresh_dir(base / f"{env_id.replace('/', '-')}__{method}__{seed}__{int(time.time())}")
-
-
 def write_progress(line: str) -> None:
     """One progress line on stderr (above tqdm's bars)."""
     tqdm.write(line, file=sys.stderr)
@@ -238,7 +220,7 @@ def run_comparison(
     try:
         for seed in config.seed_list:
             for method in config.methods:
-                run_dir = new_run_dir(runs_dir, config.env_id, method, seed)
+                run_dir = fresh_dir(runs_dir / run_dir_name(config.env_id, method, seed))
                 run = MethodRun(method, seed, str(run_dir))
                 comparison.runs.append(run)
                 report(f"{method} seed {seed}: training to {config.steps} steps in {run_dir}")
@@ -291,4 +273,4 @@ def output_dir(out: str | None, env_id: str) -> Path:
             raise ConfigError(f"--out {out!r} is a file, not a folder")
         path.mkdir(parents=True, exist_ok=True)
         return path
-    return _fresh_dir(Path("runs") / f"compare__{env_id.replace('/', '-')}__{int(time.time())}")
+    return fresh_dir(Path("runs") / f"compare__{env_id.replace('/', '-')}__{int(time.time())}")
