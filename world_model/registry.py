@@ -20,11 +20,9 @@ from world_model.model import Dynamics, DynamicsConfig
 
 __all__ = [
     "BUILTIN_DYNAMICS",
-    "BUILTIN_MODULES",
     "BuiltinDynamics",
     "DynamicsSpec",
     "register_dynamics",
-    "available_dynamics",
     "dynamics_names",
     "get_dynamics",
     "build_dynamics",
@@ -56,8 +54,6 @@ BUILTIN_DYNAMICS: dict[str, BuiltinDynamics] = {
         "GeodesicCrossAttention: Boris-BAOAB on the Poincare ball",
     ),
 }
-
-BUILTIN_MODULES: dict[str, str] = {name: b.module for name, b in BUILTIN_DYNAMICS.items()}
 
 
 @dataclass(frozen=True)
@@ -100,11 +96,6 @@ def dynamics_names() -> list[str]:
     return sorted(set(BUILTIN_DYNAMICS) | set(_PLUGINS))
 
 
-def available_dynamics() -> list[str]:
-    """Names of every dynamics that can be built (the built-ins and the registered plug-ins)."""
-    return dynamics_names()
-
-
 def _load_builtin(name: str) -> DynamicsSpec:
     if name not in _LOADED:
         builtin = BUILTIN_DYNAMICS[name]
@@ -123,9 +114,7 @@ def get_dynamics(name: str) -> DynamicsSpec:
     if name in BUILTIN_DYNAMICS:
         return _load_builtin(name)
     if name not in _PLUGINS:
-        raise ValueError(
-            f"unknown world model {name!r}; available: {', '.join(available_dynamics())}"
-        )
+        raise ValueError(f"unknown world model {name!r}; available: {', '.join(dynamics_names())}")
     return _PLUGINS[name]
 
 

@@ -21,7 +21,7 @@ from agent.train import build_parser
 from geometry import poincare as P
 from tests.agent.conftest import tiny
 from world_model.model import Dynamics, DynamicsConfig, LatentState
-from world_model.registry import available_dynamics, register_dynamics
+from world_model.registry import dynamics_names, register_dynamics
 
 CALLS: Counter = Counter()
 
@@ -98,7 +98,7 @@ class ToyBallDynamics(Dynamics):
 
 
 def test_a_ball_latent_dynamics_plugs_in_through_the_registry(tmp_path):
-    assert "toy-zp" in available_dynamics()
+    assert "toy-zp" in dynamics_names()
     assert "toy-zp" in build_parser().format_help()  # a --world-model choice
     CALLS.clear()
     data = tiny(train={"world_model": "toy-zp", "steps": 120})

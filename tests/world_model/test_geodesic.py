@@ -29,7 +29,7 @@ from world_model.geodesic.config import (
 )
 from world_model.memory.window import state_features
 from world_model.model import WorldModel
-from world_model.registry import available_dynamics, build_dynamics
+from world_model.registry import build_dynamics, dynamics_names
 
 F64 = torch.float64
 TEMP = 0.5
@@ -223,7 +223,7 @@ def small(head=None, integrator=None, context=None, **top) -> GeodesicDynamics:
 
 
 def test_registered_and_wrapped_by_the_world_model():
-    assert "geodesic" in available_dynamics()
+    assert "geodesic" in dynamics_names()
     dyn = build_dynamics(
         "geodesic", 6, 2, config(latent_dim=4, head=dict(d_k=8), context=dict(prototypes=8))
     )

@@ -18,7 +18,6 @@ from world_model.gru import GRUConfig, GRUDynamics
 from world_model.model import EnsembleLinear, LatentState, WorldModel, WorldModelConfig, simnorm
 from world_model.registry import (
     BUILTIN_DYNAMICS,
-    available_dynamics,
     build_dynamics,
     dynamics_names,
     get_dynamics,
@@ -341,7 +340,7 @@ def test_carried_values_are_declared_fields_that_new_states_start_without():
 
 
 def test_registry_lists_and_builds_the_gru():
-    assert "gru" in available_dynamics()
+    assert "gru" in dynamics_names()
     spec = get_dynamics("gru")
     assert spec.config_cls is GRUConfig and spec.dynamics_cls is GRUDynamics
     dyn = build_dynamics("gru", 3, 1, GRUConfig(latent_dim=8, simnorm_dim=4))

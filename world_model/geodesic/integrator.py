@@ -275,8 +275,6 @@ class GeodesicCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ one step
 
-    # ------------------------------------------------------------------ one step
-
     def forward(
         self,
         z: Tensor,
