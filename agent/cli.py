@@ -24,6 +24,7 @@ __all__ = [
     "config_overrides",
     "dotted_table",
     "field_doc",
+    "markdown_table",
     "merge_tables",
     "parse_value",
 ]
@@ -160,6 +161,18 @@ def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
             continue
         out = merge_tables(out, dotted_table(dest[len(_DEST) :], value))
     return out
+
+
+def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    """Lines of a markdown table, every column padded to its widest cell (the commands' text
+    reports)."""
+    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    rule = "| " + " | ".join("-" * w for w in widths) + " |"
+    return [line(columns), rule, *map(line, rows)]
 
 
 def merge_tables(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.cli import markdown_table
 from agent.inspection import DISTRIBUTIONS, SCALAR_LABELS
 
 __all__ = ["format_report"]
@@ -13,15 +14,6 @@ def _num(value: float | None) -> str:
     if value is None:
         return "nan"
     return f"{value:.3g}" if 1e-3 <= abs(value) < 1e4 or value == 0 else f"{value:.3e}"
-
-
-def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    return [line(columns), "| " + " | ".join("-" * w for w in widths) + " |", *map(line, rows)]
 
 
 def _geometric_lines(geo: dict[str, Any], states: int) -> list[str]:
@@ -37,16 +29,16 @@ def _geometric_lines(geo: dict[str, Any], states: int) -> list[str]:
         for n in geo["nodes"]
     ]
     lines = [f"seed 003 diagnostic nodes ({where})", ""]
-    lines += _table(["node", "check", "value", "threshold", "status"], rows)
+    lines += markdown_table(["node", "check", "value", "threshold", "status"], rows)
     lines += [f"  node {n}: not run ({why})" for n, why in geo["nodes_not_run"].items()]
     lines += [f"  ! {n['warning']}" for n in geo["nodes"] if n["warning"]]
     lines += ["", "scalar diagnostics", ""]
-    lines += _table(
+    lines += markdown_table(
         ["quantity", "value"],
         [[SCALAR_LABELS.get(k, k), _num(v)] for k, v in geo["scalars"].items()],
     )
     lines += ["", f"distributions over the {states or 'prototype'} states", ""]
-    lines += _table(
+    lines += markdown_table(
         ["quantity", "min", "median", "max"],
         [
             [DISTRIBUTIONS.get(k, k), _num(d["min"]), _num(d["median"]), _num(d["max"])]
@@ -63,7 +55,7 @@ def _events_lines(report: dict[str, Any]) -> list[str]:
     elif not report["trends"]:
         lines.append("  no diagnostics/* scalars logged")
     else:
-        lines += _table(
+        lines += markdown_table(
             ["scalar", "first", "at step", "last", "at step"],
             [
                 [tag, _num(t["first"]), str(t["first_step"]), _num(t["last"]), str(t["last_step"])]
@@ -72,7 +64,7 @@ def _events_lines(report: dict[str, Any]) -> list[str]:
         )
     lines += ["", "evaluation history (eval/mean_return)", ""]
     if report["eval"]:
-        lines += _table(
+        lines += markdown_table(
             ["step", "return"],
             [[str(e["step"]), f"{_num(e['mean'])} ± {_num(e['std'])}"] for e in report["eval"]],
         )
@@ -86,7 +78,7 @@ def _latent_fit_lines(fit: dict[str, Any] | None) -> list[str]:
     if fit is None:
         return [*lines, "  the replay buffer holds no full training horizon yet"]
     lines.append(f"  open loop from {fit['states']} buffer sequences, the model's own loss")
-    return lines + _table(
+    return lines + markdown_table(
         ["step", "consistency"],
         [[str(t + 1), _num(v)] for t, v in enumerate(fit["consistency"])],
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.cli import markdown_table
 from agent.comparison.results import Comparison
 
 __all__ = ["count", "format_table", "plot_learning_curves"]
@@ -56,17 +57,7 @@ def format_table(comparison: Comparison) -> str:
     ]
     if not rows:
         return f"{header}\n(no evaluation finished)"
-    return "\n".join([header, "", *_markdown(columns, rows), *_paired_table(comparison)])
-
-
-def _markdown(columns: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    rule = "| " + " | ".join("-" * w for w in widths) + " |"
-    return [line(columns), rule, *map(line, rows)]
+    return "\n".join([header, "", *markdown_table(columns, rows), *_paired_table(comparison)])
 
 
 def _paired_table(comparison: Comparison) -> list[str]:
@@ -92,7 +83,7 @@ def _paired_table(comparison: Comparison) -> list[str]:
         ]
         for row in paired
     ]
-    return ["", header, "", *_markdown(columns, rows)]
+    return ["", header, "", *markdown_table(columns, rows)]
 
 
 def plot_learning_curves(comparison: Comparison) -> Path | None:

@@ -92,8 +92,6 @@ class GeodesicDynamics(Dynamics):
 
     # ------------------------------------------------------------------ interface
 
-    # ------------------------------------------------------------------ interface
-
     def encode(self, obs: Tensor) -> GeodesicState:
         if obs.dim() != 2:
             raise ValueError(f"GeodesicDynamics.encode expects obs [B, O], got {tuple(obs.shape)}")
