@@ -17,7 +17,7 @@ from .ida import (
     _check_eps,
     inverse_distance_attention,
 )
-from .triton_ida import can_fuse, fused_inverse_distance_attention
+from .triton_ida import fused_or_none
 
 __all__ = ["DenseHIDAConfig", "DenseHIDA"]
 
@@ -33,9 +33,10 @@ class DenseHIDAConfig:
         form: all-pairs distance evaluation, see world_model/attention/ida.py.
         query_chunk: process queries in chunks of this many rows (bounds the [chunk, Nk]
             intermediates when no gradient is taken); None = all at once.
-        fused: with need_weights=False, no mask and no gradient, use the fused Triton forward
-            of world_model/attention/triton_ida.py where it runs (CUDA, or TRITON_INTERPRET=1;
-            metric "euclidean" or "poincare"); elsewhere the PyTorch path.
+        fused: with need_weights=False, use the fused Triton kernels (forward and backward) of
+            world_model/attention/triton_ida.py where they apply: CUDA tensors, metric
+            "euclidean" or "poincare", no mask or a key mask; elsewhere the PyTorch path (on a
+            GPU the reason is logged once).
         check_inputs: validate shapes and domains at every call.
     """
 
@@ -74,14 +75,10 @@ class DenseHIDA(nn.Module):
         cfg = self.config
         if cfg.check_inputs:
             check_operator_inputs(queries, keys, values, mask, cfg.metric)
-        if (
-            not need_weights
-            and cfg.fused
-            and can_fuse(queries, keys, values, cfg.metric, mask, None)
-        ):
-            return fused_inverse_distance_attention(
-                queries, keys, values, cfg.eps, cfg.metric
-            ), None
+        if not need_weights and cfg.fused:
+            out = fused_or_none(queries, keys, values, cfg.eps, cfg.metric, mask)
+            if out is not None:
+                return out, None
         n_q = queries.shape[-2]
         chunk = cfg.query_chunk or max(n_q, 1)
         outs, weights = [], []

@@ -26,9 +26,10 @@ the numbers are in the inverse-distance section of docs/seed_map.md):
   ``geometry.sphere.pairwise_dist``, the project's reference formulas; 6-31x slower and memory
   O(N M d).
 
-All three give the same retrieval weights (query = key, eps = 1e-7) to 6e-7. A fused Triton
-forward that never forms the N x M matrix (explicit differences, online softmax) is in
-``world_model/attention/triton_ida.py``.
+All three give the same retrieval weights (query = key, eps = 1e-7) to 6e-7. Fused Triton
+kernels, forward and backward, that never form the N x M matrix (explicit differences, online
+softmax; Euclidean and Poincare, key masks and masses) are in
+``world_model/attention/triton_ida.py``; DenseHIDA calls them on CUDA tensors.
 
 The metric-specific step from |x - y|^2 to d^2 is written in t = |x - y|^2 / ((1 - |x|^2)(1 -
 |y|^2)) (Poincare: d = 2 asinh(sqrt t) = log1p(2t + 2 sqrt(t(1 + t))), the function of

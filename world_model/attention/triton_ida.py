@@ -1,168 +1,290 @@
-"""A fused Triton forward for dense inverse-distance attention (seed 000 §2.1, Def 5.1):
-out_i = sum_j W_ij v_j, W_ij ∝ (d(q_i, k_j)^2 + eps)^-1, without materialising W.
+"""Fused inverse-distance attention in Triton, forward and backward (seed 000 §2.1, Def 5.1):
+out_i = sum_j W_ij v_j, W_ij = m_j (d(q_i, k_j)^2 + eps)^-1 / sum_l m_l (d(q_i, k_l)^2 + eps)^-1,
+without the N x M weight matrix: memory O((Nq + Nk)(d + dv)) instead of O(Nq Nk).
 
-One program handles a block of queries and streams the keys in blocks (the online softmax of
-FlashAttention on the logits -log(d^2 + eps)): memory O(N d) instead of O(N^2). The squared
-distance is accumulated coordinate by coordinate from explicit differences, so it keeps full
-float32 relative accuracy at small distances (no |q|^2 + |k|^2 - 2 q.k cancellation).
+The forward is FlashAttention-2's online softmax over the logits -log(d^2 + eps) + log m; it
+keeps each row's log-sum, from which the backward recomputes the weights block by block (the
+kernels and their equations: world_model/attention/triton_ida_kernels.py). The gradient flows
+to queries, keys, values and the per-key masses, as through the PyTorch reference
+:func:`world_model.attention.ida.inverse_distance_attention`, which it matches up to rounding;
+one departure: at a mass of exactly 0 the reference's gradient is nan (log 0 in its graph),
+the kernel's is the one-sided derivative (finite).
 
-Scope: metric "euclidean" or "poincare", no mask, no key masses, forward only (inference): the
-sphere needs atan2, which Triton's core language lacks. :func:`fused_inverse_distance_attention`
-runs the kernel on CUDA tensors, or on CPU tensors when TRITON_INTERPRET=1 is set (Triton's
-interpreter, which the tests use), and otherwise falls back to the PyTorch reference
-:func:`world_model.attention.ida.inverse_distance_attention` (same result up to rounding).
+Where it runs (:func:`fusion_refusal`): CUDA tensors of float32, bfloat16 or float16 (computed
+in float32), metric "euclidean" or "poincare" (the sphere's atan2 is not in Triton's core
+language), a key mask (a mask that is the same for every query) and key masses, d, dv <= 256.
+:func:`fused_or_none` returns None elsewhere and logs why once per reason on a GPU (on CPU
+the reference is the expected path and nothing is logged). On CPU tensors the kernels run
+only when a caller passes ``force=True`` and TRITON_INTERPRET=1 was set before triton was
+imported (Triton's interpreter; tests/world_model/test_triton_ida.py); ``force`` raises
+instead of falling back, so a test never passes on the reference by accident.
+
+Distance forms (:class:`KernelConfig`): "difference" (default), "expanded", "corrected"; the
+accuracy of each at small distances and the choice of the default are in docs/measurements.md
+("Fused Triton inverse-distance attention"); benchmarks/triton_ida_gpu.py times them.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-import os
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from geometry import poincare
 
 from .ida import inverse_distance_attention
 
-try:  # triton is a dev dependency; without it everything falls back to PyTorch
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised only where triton is absent
-    triton = None
-    tl = None
-
-__all__ = ["FUSED_METRICS", "triton_available", "can_fuse", "fused_inverse_distance_attention"]
+__all__ = [
+    "FUSED_METRICS",
+    "FORMS",
+    "PRECISIONS",
+    "CONTRACTIONS",
+    "KernelConfig",
+    "DEFAULT_CONFIG",
+    "interpreter_active",
+    "fusion_refusal",
+    "fused_or_none",
+    "fused_inverse_distance_attention",
+    "fused_pair_sq",
+]
 
 FUSED_METRICS = ("euclidean", "poincare")
-_BLOCK_Q = 32
-_BLOCK_K = 32
+FORMS = ("difference", "expanded", "corrected")
+PRECISIONS = ("ieee", "tf32x3", "tf32")
+CONTRACTIONS = ("dot", "difference")
+FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_DIM = 256
+
+_logger = logging.getLogger(__name__)
+_LOGGED: set[str] = set()
 
 
-# Triton's interpreter has to be chosen before triton is imported (it patches triton.language
-# then), so the mode is read once, here.
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+@dataclass(frozen=True)
+class KernelConfig:
+    """How the kernels compute.
+
+    Attributes:
+        form: the squared distance |q - k|^2: "difference" (coordinate differences, CUDA
+            cores; full relative accuracy at every distance), "expanded" (|q|^2 + |k|^2 -
+            2 q.k by tl.dot, tensor cores), "corrected" (expanded, tiles holding a near pair
+            redone by differences). Measured in docs/measurements.md.
+        precision: tl.dot's input_precision, for the values' products (and the distances'
+            in the expanded forms): "ieee" (float32 FMA), "tf32x3" (three TF32 products,
+            ~float32 accuracy) or "tf32" (one; relative error ~5e-4 per product).
+        contraction: how the backward forms dq_i = 2 sum_j h_ij (q_i - k_j) (and dk):
+            "difference" (coordinate differences, on tiles whose distances came from
+            differences; a second CUDA-core pass) or "dot" (2 (h 1) q - 2 h k on tl.dot; it
+            cancels: 3e-4 relative error near the ball's boundary against 1e-4 required).
+        near: "corrected" redoes a tile when a pair has |q - k|^2 < near (|q|^2 + |k|^2).
+        block_q, block_k: queries and keys per tile (powers of two >= 16).
+        num_warps: warps per program. The default 32 x 32 tiles on 4 warps are the largest
+            whose forward compiles for sm_90 (d = 64, "ieee") without spilling registers
+            (the dk, dv kernel spills 184 bytes), read off ptxas; untimed on a GPU
+            (benchmarks/triton_ida_gpu.py sweeps them).
+    """
+
+    form: str = "difference"
+    precision: str = "ieee"
+    contraction: str = "difference"
+    near: float = 1.0 / 64.0
+    block_q: int = 32
+    block_k: int = 32
+    num_warps: int = 4
+
+    def __post_init__(self):
+        if self.form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        if self.contraction not in CONTRACTIONS:
+            raise ValueError(f"contraction must be one of {CONTRACTIONS}, got {self.contraction!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        for name in ("block_q", "block_k"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 16 and value & (value - 1) == 0):
+                raise ValueError(f"{name} must be a power of two >= 16, got {value!r}")
+        if not 0.0 < self.near < 1.0:
+            raise ValueError(f"near must lie in (0, 1), got {self.near!r}")
 
 
-def triton_available(device: torch.device) -> bool:
-    """True where the kernel can run: CUDA with triton, or any device under TRITON_INTERPRET=1."""
-    if triton is None:
-        return False
-    return device.type == "cuda" or (_INTERPRET and device.type == "cpu")
+DEFAULT_CONFIG = KernelConfig()
 
 
-def can_fuse(queries: Tensor, keys: Tensor, values: Tensor, metric: str, mask, key_mass) -> bool:
-    """Whether the fused forward applies: supported metric, no mask or masses, float32, no
-    gradient needed, and a device the kernel runs on."""
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (queries, keys, values))
-    return (
-        metric in FUSED_METRICS
-        and keys.shape[-2] > 0
-        and mask is None
-        and key_mass is None
-        and not needs_grad
-        and queries.dtype == torch.float32
-        and triton_available(queries.device)
-    )
+def _kernels():
+    """world_model/attention/triton_ida_kernels.py (it imports triton), or None without triton."""
+    try:
+        from . import triton_ida_kernels
+    except ImportError:
+        return None
+    return triton_ida_kernels
 
 
-def _ida_forward(
-    q_ptr, k_ptr, v_ptr, inv_aq_ptr, inv_ak_ptr, out_ptr,
-    n_q, n_k, dim, dim_v, eps,
-    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
-    stride_aqb, stride_akb,
-    POINCARE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-):  # fmt: skip
-    """Program (query block, batch): online-softmax over key blocks of logits -log(d^2 + eps)."""
-    pid_q = tl.program_id(0)
-    pid_b = tl.program_id(1)
-    rows = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)  # [BQ]
-    row_ok = rows < n_q
-    dv = tl.arange(0, BLOCK_DV)  # [BDV]
-    dv_ok = dv < dim_v
-    q_base = q_ptr + pid_b * stride_qb + rows * stride_qn  # [BQ] pointers
-    if POINCARE:
-        inv_aq = tl.load(inv_aq_ptr + pid_b * stride_aqb + rows, mask=row_ok, other=1.0)
-    m_i = tl.full([BLOCK_Q], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_Q], tl.float32)
-    acc = tl.zeros([BLOCK_Q, BLOCK_DV], tl.float32)
-    for start in range(0, n_k, BLOCK_K):
-        cols = start + tl.arange(0, BLOCK_K)  # [BK]
-        col_ok = cols < n_k
-        k_base = k_ptr + pid_b * stride_kb + cols * stride_kn
-        sq = tl.zeros([BLOCK_Q, BLOCK_K], tl.float32)  # |q - k|^2 from explicit differences
-        for j in range(0, dim):
-            qj = tl.load(q_base + j, mask=row_ok, other=0.0).to(tl.float32)
-            kj = tl.load(k_base + j, mask=col_ok, other=0.0).to(tl.float32)
-            diff = qj[:, None] - kj[None, :]
-            sq += diff * diff
-        if POINCARE:  # d_H^2 = log1p(2t + 2 sqrt(t (1 + t)))^2, t = |q - k|^2 / (a_q a_k)
-            inv_ak = tl.load(inv_ak_ptr + pid_b * stride_akb + cols, mask=col_ok, other=1.0)
-            t = sq * inv_aq[:, None] * inv_ak[None, :]
-            big = tl.log(1.0 + 2.0 * t + 2.0 * tl.sqrt(t * (1.0 + t)))
-            d2 = tl.where(t < 1e-6, 4.0 * t * (1.0 - t / 3.0), big * big)  # series: no 1 + x loss
-        else:
-            d2 = sq
-        logits = tl.where(col_ok[None, :], -tl.log(d2 + eps), float("-inf"))  # [BQ, BK]
-        m_new = tl.maximum(m_i, tl.max(logits, axis=1))
-        p = tl.exp(logits - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v_tile = tl.load(
-            v_ptr + pid_b * stride_vb + cols[:, None] * stride_vn + dv[None, :],
-            mask=col_ok[:, None] & dv_ok[None, :],
-            other=0.0,
-        ).to(tl.float32)  # [BK, BDV]
-        acc = acc * alpha[:, None] + tl.dot(p, v_tile, input_precision="ieee")
-        m_i = m_new
-    out = acc / l_i[:, None]
-    o_ptrs = out_ptr + pid_b * stride_ob + rows[:, None] * stride_on + dv[None, :]
-    tl.store(o_ptrs, out, mask=row_ok[:, None] & dv_ok[None, :])
+def interpreter_active() -> bool:
+    """Whether the kernels run under Triton's interpreter (TRITON_INTERPRET=1 at import)."""
+    kernels = _kernels()
+    return kernels is not None and kernels.INTERPRETED and kernels.MODES_AGREE
 
 
-_KERNEL = []
+def _key_mask(mask: Tensor, n_q: int) -> Tensor | None:
+    """A mask broadcastable to [..., Nq, Nk] as a key mask [..., Nk], or None where it differs
+    between queries."""
+    if mask.dim() == 1:
+        return mask
+    if mask.shape[-2] == 1 or n_q == 1 or mask.stride(-2) == 0:
+        return mask[..., 0, :]
+    return None
 
 
-def _kernel():
-    """The jitted kernel, created on first use."""
-    if not _KERNEL:
-        _KERNEL.append(triton.jit(_ida_forward))
-    return _KERNEL[0]
+def fusion_refusal(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    metric: str,
+    mask: Tensor | None = None,
+    key_mass: Tensor | None = None,
+    *,
+    force: bool = False,
+) -> str | None:
+    """Why the fused kernels do not apply to this call, or None where they do (see the module
+    docstring); force=True admits CPU tensors under the interpreter."""
+    device, dtype = queries.device, queries.dtype
+    if device.type != "cuda" and not force:
+        return f"tensors on {device.type}"
+    if metric not in FUSED_METRICS:
+        return f"metric {metric!r} (the sphere's atan2 is not in Triton's core language)"
+    others = [keys, values] + ([] if key_mass is None else [key_mass])
+    if any(t.dtype != dtype or t.device != device for t in others):
+        return "inputs of different dtypes or devices"
+    if keys.shape[-2] == 0:
+        return "no keys"
+    if max(queries.shape[-1], values.shape[-1]) > MAX_DIM:
+        return f"feature dims above {MAX_DIM}"
+    if mask is not None and _key_mask(mask, queries.shape[-2]) is None:
+        return "a mask that differs between queries (the kernels take key masks [..., 1, Nk])"
+    kernels = _kernels()
+    if kernels is None:
+        return "triton is not installed"
+    if not kernels.MODES_AGREE:
+        return "TRITON_INTERPRET changed between importing triton and importing the kernels"
+    if device.type != "cuda" and not kernels.INTERPRETED:
+        return f"tensors on {device.type} need TRITON_INTERPRET=1 before triton is imported"
+    if dtype not in FUSED_DTYPES + ((torch.float64,) if kernels.INTERPRETED else ()):
+        return f"dtype {dtype} (the kernels compute in float32)"
+    return None
 
 
-def _inverse_one_minus_sqnorm(x: Tensor) -> Tensor:
-    """1 / (1 - |x|^2) [B, N], from float64 and floored as geometry.poincare does for x.dtype."""
-    a = poincare.one_minus_sqnorm(x.double()).clamp_min(torch.finfo(x.dtype).eps)
-    return (1.0 / a).squeeze(-1).to(torch.float32).contiguous()
+def fused_or_none(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    eps: float,
+    metric: str,
+    mask: Tensor | None = None,
+    key_mass: Tensor | None = None,
+    *,
+    force: bool = False,
+    config: KernelConfig = DEFAULT_CONFIG,
+) -> Tensor | None:
+    """out [..., Nq, dv] through the fused kernels, or None where they do not apply (the reason
+    logged once on a GPU; with force=True raised as ValueError). Arguments as
+    :func:`world_model.attention.ida.inverse_distance_attention` (inputs not validated)."""
+    reason = fusion_refusal(queries, keys, values, metric, mask, key_mass, force=force)
+    if reason is not None:
+        if force:
+            raise ValueError(f"the fused inverse-distance kernels cannot run: {reason}")
+        if queries.device.type == "cuda" and reason not in _LOGGED:
+            _LOGGED.add(reason)
+            _logger.warning("fused inverse-distance attention not used (%s): PyTorch runs", reason)
+        return None
+    return _fused(queries, keys, values, eps, metric, mask, key_mass, config)
 
 
 def fused_inverse_distance_attention(
-    queries: Tensor, keys: Tensor, values: Tensor, eps: float, metric: str
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    eps: float,
+    metric: str,
+    mask: Tensor | None = None,
+    key_mass: Tensor | None = None,
+    *,
+    force: bool = False,
+    config: KernelConfig = DEFAULT_CONFIG,
 ) -> Tensor:
-    """out [..., Nq, dv] of dense inverse-distance attention (no weights), through the Triton
-    kernel where :func:`can_fuse` allows, else through the PyTorch reference."""
-    if not can_fuse(queries, keys, values, metric, None, None):
-        return inverse_distance_attention(queries, keys, values, eps, metric)[0]
-    batch = torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
+    """out [..., Nq, dv] (no weights): the fused kernels where they apply, else the reference."""
+    out = fused_or_none(
+        queries, keys, values, eps, metric, mask, key_mass, force=force, config=config
+    )
+    if out is None:
+        out, _ = inverse_distance_attention(
+            queries, keys, values, eps, metric, mask, key_mass=key_mass
+        )
+    return out
+
+
+def _inverse_factor(x: Tensor, acc: torch.dtype) -> Tensor:
+    """1 / (1 - |x|^2) [..., N] from float64, floored as the reference does for x.dtype
+    (differentiable: the gradient through the factor is PyTorch's)."""
+    a = poincare.one_minus_sqnorm(x.double()).clamp_min(torch.finfo(x.dtype).eps)  # [..., N, 1]
+    return (1.0 / a).squeeze(-1).to(acc)
+
+
+def _fused(queries, keys, values, eps, metric, mask, key_mass, config) -> Tensor:
     n_q, n_k, dim, dim_v = queries.shape[-2], keys.shape[-2], queries.shape[-1], values.shape[-1]
+    key_mask = None if mask is None else _key_mask(mask, n_q)  # [..., Nk]
+    shapes = [queries.shape[:-2], keys.shape[:-2], values.shape[:-2]]
+    shapes += [t.shape[:-1] for t in (key_mask, key_mass) if t is not None]
+    batch = torch.broadcast_shapes(*shapes)
     b = math.prod(batch)
-    q = queries.expand(*batch, n_q, dim).reshape(b, n_q, dim).contiguous()
-    k = keys.expand(*batch, n_k, dim).reshape(b, n_k, dim).contiguous()
-    v = values.expand(*batch, n_k, dim_v).reshape(b, n_k, dim_v).contiguous()
-    out = torch.empty(b, n_q, dim_v, dtype=torch.float32, device=q.device)
-    poincare_metric = metric == "poincare"
-    if poincare_metric:
-        inv_aq, inv_ak = _inverse_one_minus_sqnorm(q), _inverse_one_minus_sqnorm(k)
-    else:
-        inv_aq = inv_ak = torch.ones(b, 1, dtype=torch.float32, device=q.device)
-    block_dv = max(16, triton.next_power_of_2(dim_v))
-    grid = (triton.cdiv(n_q, _BLOCK_Q), b)
-    _kernel()[grid](
-        q, k, v, inv_aq, inv_ak, out,
-        n_q, n_k, dim, dim_v, float(eps),
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), inv_aq.stride(0), inv_ak.stride(0),
-        POINCARE=poincare_metric, BLOCK_Q=_BLOCK_Q, BLOCK_K=_BLOCK_K, BLOCK_DV=block_dv,
-    )  # fmt: skip
-    return out.to(queries.dtype).reshape(*batch, n_q, dim_v)
+    acc = torch.float64 if queries.dtype == torch.float64 else torch.float32
+
+    def flat(x: Tensor, *tail: int) -> Tensor:  # [..., *tail] -> contiguous [b, *tail]
+        return x.expand(*batch, *tail).reshape(b, *tail).contiguous()
+
+    q, k, v = flat(queries, n_q, dim), flat(keys, n_k, dim), flat(values, n_k, dim_v)
+    iq = ik = mass = None
+    if metric == "poincare":
+        iq, ik = flat(_inverse_factor(queries, acc), n_q), flat(_inverse_factor(keys, acc), n_k)
+    if key_mass is not None or key_mask is not None:
+        m = key_mass.to(acc) if key_mass is not None else torch.ones((), dtype=acc, device=q.device)
+        if key_mask is not None:  # where: masked keys get mass 0 and no gradient
+            m = torch.where(key_mask, m, torch.zeros((), dtype=acc, device=q.device))
+        mass = flat(m, n_k)
+    out = _FusedIDA.apply(q, k, v, iq, ik, mass, float(eps), config)  # [b, Nq, dv]
+    return out.reshape(*batch, n_q, dim_v)
+
+
+class _FusedIDA(torch.autograd.Function):
+    """out = IDA(q, k, v; iq, ik, mass) on contiguous [B, N, .] tensors. Saves q, k, v, the
+    factors, out and the row log-sums (O(N d)); the backward recomputes the weights."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, iq, ik, mass, eps, config):
+        out, lse = _kernels().forward(q, k, v, iq, ik, mass, eps, config)
+        ctx.save_for_backward(q, k, v, iq, ik, mass, out, lse)
+        ctx.eps, ctx.config = eps, config
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, iq, ik, mass, out, lse = ctx.saved_tensors
+        delta = (d_out.to(lse.dtype) * out.to(lse.dtype)).sum(-1).contiguous()  # [B, Nq]
+        dq, dk, dv, diq, dik, dmass = _kernels().backward(
+            q, k, v, iq, ik, mass, d_out, lse, delta, ctx.eps, ctx.config
+        )
+        return dq, dk, dv, diq, dik, dmass, None, None
+
+
+def fused_pair_sq(
+    q: Tensor, k: Tensor, config: KernelConfig = DEFAULT_CONFIG, *, force: bool = False
+) -> Tensor:
+    """The kernels' |q_i - k_j|^2 [Nq, Nk] for q [Nq, d], k [Nk, d] in config's form and
+    precision (measurement of the distance forms; same device rules as the attention)."""
+    reason = fusion_refusal(q, k, k, "euclidean", force=force)
+    if reason is not None:
+        raise ValueError(f"the fused inverse-distance kernels cannot run: {reason}")
+    return _kernels().pair_sq(q.contiguous(), k.contiguous(), config)
