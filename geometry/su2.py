@@ -22,6 +22,8 @@ __all__ = [
     "su2_element",
     "adjoint_rotation",
     "su2_quaternion",
+    "quaternion_product",
+    "quaternion_adjoint",
     "chiral_projector",
     "commitment_strength",
 ]
@@ -76,6 +78,41 @@ def su2_quaternion(theta: Tensor) -> Tensor:
     arithmetic). theta [..., 3] -> [..., 4]."""
     norm = theta.norm(dim=-1, keepdim=True)  # [..., 1]
     return torch.cat([torch.cos(0.5 * norm), 0.5 * torch.sinc(norm / (2 * math.pi)) * theta], -1)
+
+
+@functools.lru_cache(maxsize=8)
+def _quaternion_tables(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+    """With the basis E_0 = I, E_a = -i sigma_a (su2_quaternion's U = sum_i q_i E_i):
+    the product table C, E_i E_j = sum_k C[i, j, k] E_k, and the adjoint table D,
+    E_i^H E_a E_j = sum_b D[i, j, a, b] E_b (a, b = 1..3), both flattened to matrices in i.
+    Projected from the Pauli matrices (Tr(E_k^H E_l) = 2 delta_kl), so no sign is written by
+    hand; read only."""
+    sig = pauli(torch.complex128)
+    basis = torch.cat([torch.eye(2, dtype=sig.dtype)[None], -1j * sig])  # [4, 2, 2]
+    herm = basis.conj().transpose(-1, -2)  # E_k^H
+    # C[i, j, k] = Tr(E_k^H E_i E_j) / 2
+    c = 0.5 * torch.einsum("kxy,iyz,jzx->ijk", herm, basis, basis).real
+    # D[i, j, a, b] = Tr(E_b^H E_i^H E_a E_j) / 2
+    d = 0.5 * torch.einsum("bwx,ixy,ayz,jzw->ijab", herm[1:], herm, basis[1:], basis).real
+    # as matrices in the first factor: left[i, (k, j)] = C[i, j, k], adjoint[i, (j, a, b)]
+    left = c.permute(0, 2, 1).reshape(4, 16)
+    return left.to(device, dtype), d.reshape(4, 36).to(device, dtype)
+
+
+def quaternion_product(q: Tensor, p: Tensor) -> Tensor:
+    """The unit quaternion of U(q) U(p) (U(q) = q_0 I - i q . sigma, su2_quaternion's):
+    q, p [..., 4] -> [..., 4], as L(q) p with L(q) [..., 4, 4] linear in q (two matrix
+    products, whose backward needs no broadcast reductions)."""
+    left, _ = _quaternion_tables(q.dtype, q.device)
+    return ((q @ left).unflatten(-1, (4, 4)) @ p.unsqueeze(-1)).squeeze(-1)
+
+
+def quaternion_adjoint(q: Tensor) -> Tensor:
+    """R [..., 3, 3] with U^H E_a U = sum_b R[a, b] E_b for U = U(q), E_a = -i sigma_a / 2
+    (the rotation conjugation by U applies to su(2), quadratic in q): q [..., 4]."""
+    _, adjoint = _quaternion_tables(q.dtype, q.device)
+    half = (q @ adjoint).unflatten(-1, (4, 9))  # [..., 4 (j), 9 (a, b)]: sum_i q_i D[i, j]
+    return (q.unsqueeze(-2) @ half).squeeze(-2).unflatten(-1, (3, 3))
 
 
 def su2_exp_jacobian_vjp(theta: Tensor, e: Tensor) -> Tensor:

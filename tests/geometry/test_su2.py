@@ -178,3 +178,32 @@ def test_su2_exp_jacobian_vjp_is_the_left_trivialised_derivative():
             jac_j = su2.su2_exp_jacobian_vjp(theta[i].expand(3, 3), torch.eye(3, dtype=F64))
             ref = torch.einsum("ba,bij->aij", jac_j.to(e_basis.dtype), e_basis)
             torch.testing.assert_close(left, ref, rtol=1e-10, atol=1e-12)
+
+
+def _matrix(q: torch.Tensor) -> torch.Tensor:
+    """U(q) = q_0 I - i q . sigma, built from the Pauli matrices (independent of the tables)."""
+    sig = su2.pauli(torch.complex128)
+    eye = torch.eye(2, dtype=torch.complex128)
+    vec = torch.einsum("...a,aij->...ij", q[..., 1:].to(torch.complex128), sig)
+    return q[..., 0, None, None].to(torch.complex128) * eye - 1j * vec
+
+
+def test_quaternion_product_and_adjoint_are_the_matrix_ones():
+    """quaternion_product(q, p) is U(q) U(p), and quaternion_adjoint(q) the rotation R with
+    U^H E_a U = sum_b R_ab E_b (E_a = -i sigma_a / 2), checked on the 2 x 2 matrices; R is a
+    rotation (orthogonal, det 1)."""
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    b = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    qa, qb = su2.su2_quaternion(a), su2.su2_quaternion(b)
+    torch.testing.assert_close(
+        _matrix(su2.quaternion_product(qa, qb)), su2.su2_exp(a) @ su2.su2_exp(b)
+    )
+    rot = su2.quaternion_adjoint(qa)  # [6, 3, 3]
+    gens = -0.5j * su2.pauli(torch.complex128)
+    u = su2.su2_exp(a)[:, None]
+    conj = u.conj().transpose(-1, -2) @ gens @ u  # [6, 3, 2, 2]
+    torch.testing.assert_close(conj, torch.einsum("nab,bij->naij", rot.to(conj.dtype), gens))
+    eye = torch.eye(3, dtype=torch.float64).expand(6, 3, 3)
+    torch.testing.assert_close(rot @ rot.transpose(-1, -2), eye)
+    torch.testing.assert_close(torch.linalg.det(rot), torch.ones(6, dtype=torch.float64))

@@ -32,7 +32,7 @@ from world_model.attention.covariant import (
 
 F64 = torch.float64
 D, FQ, FK, FV, FXV, DOUT = 3, 5, 4, 6, 2, 3
-WILSON_MODES = ["first_order", "exp", "path_ordered"]
+WILSON_MODES = list(gauge.WILSON_MODES)
 CHRISTOFFEL_MODES = ["full", "factorized", "poincare"]
 
 
@@ -617,18 +617,23 @@ def _potential_head(**overrides) -> CovariantAttention:
     return head
 
 
-@pytest.mark.parametrize("wilson", ["exp", "first_order"])
+@pytest.mark.parametrize(
+    "wilson, segments",
+    [("exp", 1), ("first_order", 1), ("path_ordered", 3), ("magnus4", 1), ("magnus4", 3)],
+)
 @pytest.mark.parametrize("christoffel", ["factorized", "poincare"])
 @pytest.mark.parametrize("temperature", ["metric", "constant"])
 @pytest.mark.parametrize("shared_bank", [True, False])
 def test_closed_form_potential_gradient_equals_autograd(
-    wilson, christoffel, temperature, shared_bank
+    wilson, segments, christoffel, temperature, shared_bank
 ):
     """scalar_output_gradient: Phi equals the head's output, and dPhi/dz, dPhi/dx equal
     autograd's, with the chiral gate on and off, masked and colour-charged entries, a shared
     (Bc = 1) or per-query bank; and with create_graph, the parameter gradients of a loss on
     the gradient equal autograd's double backward (what training differentiates)."""
-    head = _potential_head(wilson=wilson, christoffel=christoffel, temperature=temperature)
+    head = _potential_head(
+        wilson=wilson, segments=segments, christoffel=christoffel, temperature=temperature
+    )
     bank = make_bank(b=1 if shared_bank else 4, n=7)
     assert head.has_closed_form_gradient()
     prepared = head.prepare(bank)
@@ -670,7 +675,6 @@ def test_closed_form_gradient_is_refused_where_it_does_not_apply():
     for overrides in (
         dict(kernel="krr"),
         dict(christoffel="full"),
-        dict(wilson="path_ordered"),
         dict(area="geodesic"),
         dict(n_colors=3, d_k=24),
     ):

@@ -11,6 +11,8 @@ the exact OU update.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -634,7 +636,13 @@ def test_an_old_flat_dynamics_table_migrates_to_the_sections_and_the_same_config
     tables = [nested["head"], nested["integrator"], nested["context"]]
     assert not any(key in nested or key in table for table in tables for key in removed)
     built = config(**nested)
-    assert built == GeodesicConfig()  # the old defaults are today's
+    # the old defaults are today's but for the Wilson lines (exp until magnus4 became the
+    # default): an old run keeps the lines it was trained with
+    today = GeodesicConfig()
+    assert built.head.wilson == "exp" and built.head.segments == 8
+    assert built == dataclasses.replace(
+        today, head=dataclasses.replace(today.head, wilson="exp", segments=8)
+    )
     assert OLD_FLAT_DYNAMICS["d_k"] == 16  # the input is left alone
     assert "head" not in OLD_FLAT_DYNAMICS
 

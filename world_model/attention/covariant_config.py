@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from geometry import gauge
+
 from . import krr
 
 __all__ = [
@@ -29,7 +31,7 @@ AttentionKernel = Literal["softmax", "inverse_distance", "krr"]
 TemperatureMode = Literal["metric", "constant"]
 AreaProxy = Literal["conformal", "geodesic"]
 
-WILSON_MODES = ("first_order", "exp", "path_ordered")
+WILSON_MODES = gauge.WILSON_MODES
 CHRISTOFFEL_MODES = ("full", "factorized", "poincare")
 TEMPERATURE_MODES = ("metric", "constant")
 AREA_PROXIES = ("conformal", "geodesic")
@@ -58,10 +60,12 @@ class HeadOptions:
     """U(1)_Y charge of the fields"""
     connection_init_std: float = 0.1
     """std of the learned connection coefficients c0, c1 at initialisation"""
-    wilson: str = "exp"
-    """Wilson lines: first_order, exp or path_ordered (node 67 reports the gauge error)"""
-    segments: int = 8
-    """pieces of a path-ordered Wilson line (error O(segments^-2))"""
+    wilson: str = "magnus4"
+    """Wilson lines: first_order, exp, path_ordered (midpoint pieces, error O(segments^-2)) or
+    magnus4 (fourth-order Magnus pieces, O(segments^-4)); node 67 reports the gauge error"""
+    segments: int = 12
+    """pieces of a path_ordered or magnus4 Wilson line (docs/measurements.md: node 67 against
+    cost per mode and segment count)"""
     temperature: str = "metric"
     """tau(z): metric (sqrt(d_k) / lambda(z), Thm 99) or constant (sqrt(d_k), the degenerate
     limit)"""

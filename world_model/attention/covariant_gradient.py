@@ -34,13 +34,12 @@ __all__ = ["has_closed_form_gradient", "scalar_output_gradient"]
 def has_closed_form_gradient(cfg: CovariantAttentionConfig) -> bool:
     """Whether :func:`scalar_output_gradient` covers a head of this configuration: a scalar
     output (d_out 1), the softmax kernel (either temperature), the factorized or Poincare
-    quadratic query without velocity terms, exp or first-order Wilson lines with N_f <= 2, and
-    the conformal area proxy."""
+    quadratic query without velocity terms, N_f <= 2 (every Wilson-line mode), and the
+    conformal area proxy."""
     return (
         cfg.d_out == 1
         and cfg.options.kernel == "softmax"
         and cfg.options.christoffel in ("factorized", "poincare")
-        and cfg.options.wilson in ("exp", "first_order")
         and cfg.options.n_colors <= 2
         and cfg.options.area == "conformal"
         and cfg.d_velocity_features == 0
@@ -58,10 +57,13 @@ def scalar_output_gradient(
 
         grad Phi = sum_j alpha_j (<a, V~_j> - <a, out>) grad l_j,
         grad l_j = J_{Q~}^T K~_j / tau - s_j grad tau / tau^2 - sigma [j charged] grad A_j,
-        J_{Q~}^T y = J_psi^T (U^T y) + (dh/dz)^T M(h)^T e,  e_g = <U^T y, T_g psi>
+        J_{Q~}^T y = J_psi^T (U^T y) + sum_s (dh_s/dz)^T M(h_s)^T e_s,
+        e_s,g = <P_{s-1} U^T y, T_g P_{s-1} psi> = sum_b Ad(P_{s-1})[g, b] <U^T y, T_b psi>
 
-    (Q~ = U(h(z)) psi(z, x), h the integrated connection, M the group exponential's
-    Jacobian: geometry.gauge.group_exp_vjp). Single queries without velocity (the kick head).
+    (Q~ = U(z) psi(z, x), U = E_S .. E_1 the segmented line with E_s = exp(h_s . T), h_s its
+    pieces' exponents (geometry.gauge.affine_segment_exponents: S = 1 and h_1 the integrated
+    connection for exp), P_s = E_s .. E_1, M the group exponential's Jacobian:
+    geometry.gauge.group_exp_vjp). Single queries without velocity (the kick head).
 
     queries: positions z [B, d], features x [B, d_query], value_grad [B, d] or chiral
     (broadcastable to [B]) | None.
@@ -79,9 +81,16 @@ def scalar_output_gradient(
     r, n_gen = head.rep_dim, gens.shape[0]
     c0, c1 = head.connection_c0, head.connection_c1  # [d, G], [d, d, G]
     group = head.group
-    # U_{z->0}: gauge.affine_wilson_line_to_origin's two steps, the integral h kept for the VJP
-    h = gauge.affine_integral(c0, c1, z)  # [B, G]: the line's integrated connection
-    lines = gauge.line_from_integral(group, h, cfg.options.wilson)  # [B, r, r], as lines_to_origin
+    # U_{z->0} as gauge.affine_wilson_line_to_origin builds it, its pieces kept for the VJP:
+    # b(t) = p + (1 - t) q along x(t) = (1 - t) z; first order I + sum_g (p + q / 2)_g T_g,
+    # otherwise U = E_S .. E_1, E_s = exp(sum_g pieces[s]_g T_g) (S = 1 for exp)
+    wilson, segments = cfg.options.wilson, cfg.options.segments
+    p_coef, q_coef = gauge.affine_endpoint_coefficients(c0, c1, z)  # [B, G] each
+    if wilson == "first_order":
+        lines = gauge.line_from_integral(group, p_coef + 0.5 * q_coef, wilson)  # [B, r, r]
+    else:
+        pieces = gauge.affine_segment_exponents(group, p_coef, q_coef, wilson, segments)
+        lines, prefixes = gauge.segmented_group_line(group, pieces)  # [B, r, r], [S, B, F, 4]
     # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1:
     # query_field without velocity terms, written out (not geometry.doublet.low_rank_bilinear)
     # to keep its factors U_r z, V_r z for the gradient
@@ -150,17 +159,24 @@ def scalar_output_gradient(
         )
     # through Q~ = U psi: the transported covector y = U^T kappa
     y = apply_in_channels(lines.transpose(-1, -2), kappa)  # [B, k]
-    # e_g = <kappa, dU/dh_g psi>: exp, dU/dh_g = U sum_g' M[g', g] T_g', so
-    # e = M^T <U^T kappa, T psi>; first order, dU/dh_g = T_g, so e = <kappa, T psi>
-    w = y if cfg.options.wilson == "exp" else kappa
+    # through the line, <kappa, U psi>: e_g = <w, T_g psi> with w = U^T kappa = y for the
+    # segmented lines (the pieces' gradients follow from e by the prefixes' adjoint action,
+    # gauge.segmented_group_line_vjp); first order, dU/dh_g = T_g, so w = kappa and the
+    # gradient in h = p + q / 2 is e itself
+    w = kappa if wilson == "first_order" else y
     outer = w.reshape(n_batch, r, -1) @ psi.reshape(n_batch, r, -1).transpose(-1, -2)
     e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T  # [B, G]
-    if cfg.options.wilson == "exp":
-        e = gauge.group_exp_vjp(group, h, e)
-    # dh_g/dz_m = c0[m, g] + 1/2 sum_n (c1[m, n, g] + c1[n, m, g]) z_n
+    if wilson == "first_order":
+        grad_p, grad_q = e, 0.5 * e
+    else:
+        e = gauge.segmented_group_line_vjp(group, pieces, prefixes, e)  # [S, B, G]
+        grad_p, grad_q = gauge.affine_segment_exponents_vjp(
+            group, p_coef, q_coef, wilson, segments, e
+        )
+    # dp_g/dz_m = c0[m, g], dq_g/dz_m = sum_n (c1[m, n, g] + c1[n, m, g]) z_n
     c1_sym = (c1 + c1.transpose(0, 1)).reshape(d, d * n_gen)  # [m, (n, g)]
-    ze = (z.unsqueeze(-1) * e.unsqueeze(-2)).reshape(n_batch, d * n_gen)  # [B, (n, g)]
-    grad_z = grad_z + e @ c0.T + 0.5 * ze @ c1_sym.T
+    zq = (z.unsqueeze(-1) * grad_q.unsqueeze(-2)).reshape(n_batch, d * n_gen)  # [B, (n, g)]
+    grad_z = grad_z + grad_p @ c0.T + zq @ c1_sym.T
     # through psi: W_Qz, the quadratic term (d lambda/dz = lambda^2 z), and W_Q x
     jq_u = (y.unsqueeze(1) * vz).reshape(n_batch, rank * k) @ u_mat  # [B, d]
     jq_v = (y.unsqueeze(1) * uz).reshape(n_batch, rank * k) @ v_mat
