@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from agent.checkpoint import (
 )
 from agent.config import ConfigError, RunConfig, migrate_config
 from agent.loop import Trainer
-from agent.planner import Planner
+from agent.planner import Planner, plan_batch
 from agent.policy import PlannerPolicy
 from agent.runs import CHECKPOINT_NAME, make_run_env
 from envs import env_info
@@ -180,6 +180,29 @@ class Agent:
         self.timing["plan_s"] += time.perf_counter() - start
         self.timing["plans"] += 1
         return action.cpu().numpy()
+
+    def act_batch(
+        self,
+        obs: Any,
+        *,
+        explore: bool,
+        planners: Sequence[Planner],
+        generators: Sequence[torch.Generator],
+    ) -> np.ndarray:
+        """Plan for E environments at once (agent.planner.plan_batch): obs [E, O] -> actions
+        [E, A] in [-1, 1], environment i with planners[i] and generators[i]."""
+        start = time.perf_counter()
+        with _eval_mode(self.model):
+            actions = plan_batch(
+                planners,
+                self.model,
+                self._obs_tensor(obs),
+                explore=explore,
+                generators=generators,
+            )
+        self.timing["plan_s"] += time.perf_counter() - start
+        self.timing["plans"] += 1
+        return actions.cpu().numpy()
 
     def random_action(self) -> np.ndarray:
         """Uniform in [-1, 1]^A from the agent's own generator (seed phase)."""

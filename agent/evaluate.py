@@ -21,7 +21,7 @@ from agent.checkpoint import CheckpointError
 from agent.cli import OneLineParser
 from agent.config import ConfigError
 from agent.episodes import run_episodes
-from agent.runs import RunError, checkpoint_path, make_run_env
+from agent.runs import RunError, checkpoint_path, make_run_env, make_run_vector_env
 from envs import EnvError
 
 __all__ = ["main"]
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             def on_frame(k: int, frame: np.ndarray) -> None:
                 if k == 0 and frame is not None:
                     frames.append(np.asarray(frame))
-        else:
-            env = make_run_env(agent.config, seed=None)
+        else:  # every episode in one batch (agent/episodes.py)
+            env = make_run_vector_env(agent.config, args.episodes)
         returns = run_episodes(agent.policy(seed), env, args.episodes, seed, on_frame)
         env.close()
     except (ConfigError, EnvError, CheckpointError, RunError) as err:

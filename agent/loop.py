@@ -33,7 +33,7 @@ from agent.checkpoint import (
     set_global_rng_state,
 )
 from agent.episodes import run_episodes
-from agent.runs import CHECKPOINT_NAME, make_run_env
+from agent.runs import CHECKPOINT_NAME, make_run_vector_env
 
 if TYPE_CHECKING:  # the agent imports this module for Agent.learn / Agent.resume
     from agent.agent import Agent
@@ -241,15 +241,17 @@ class Trainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, episodes: int | None = None) -> np.ndarray:
-        """Returns of `episodes` deterministic episodes on a separate env, reset with the fixed
-        seeds eval_seed + k, planned with a fresh planner and generator: evaluation never
+        """Returns of `episodes` deterministic episodes reset with the fixed seeds
+        eval_seed + k, all planned in one batch on a vector env of their own (each episode with
+        a fresh planner and a generator seeded by its seed: agent/episodes.py): evaluation never
         touches the training run's random streams."""
-        if self.eval_env is None:
-            self.eval_env = make_run_env(self.agent.config, seed=None)
+        episodes = episodes or self.cfg.eval_episodes
+        if self.eval_env is None or self.eval_env.num_envs != episodes:
+            if self.eval_env is not None:
+                self.eval_env.close()
+            self.eval_env = make_run_vector_env(self.agent.config, episodes)
         seed = self.cfg.eval_seed
-        return run_episodes(
-            self.agent.policy(seed), self.eval_env, episodes or self.cfg.eval_episodes, seed
-        )
+        return run_episodes(self.agent.policy(seed), self.eval_env, episodes, seed)
 
     def evaluate_and_log(self) -> tuple[float, float]:
         start = time.perf_counter()

@@ -13,12 +13,17 @@ One `plan()` call (TD-MPC2's planner, Hansen et al. 2024, written out):
 4. act with the first action of one elite, drawn by its weight; during training add
    exploration noise of the final std.
 
-Every random draw comes from the `torch.Generator` passed in, so planning is deterministic
-under a seed. The model's dynamics run with stochastic=False (mean step).
+`plan_batch` plans for E environments at once (one rollout batch of E x num_samples rows,
+each environment with its own planner state and its own `torch.Generator`): every random
+number an environment's plan uses is drawn from its generator in the order one `plan()` call
+draws it, so a batch plans what E separate calls would (up to the rounding of batched
+arithmetic). Planning is deterministic under a seed. The model's dynamics run with
+stochastic=False (mean step).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +31,14 @@ from torch import Tensor
 
 from world_model.model import LatentState, WorldModel
 
-__all__ = ["PlannerConfig", "mppi_update", "cem_update", "estimate_value", "Planner"]
+__all__ = [
+    "PlannerConfig",
+    "mppi_update",
+    "cem_update",
+    "estimate_value",
+    "Planner",
+    "plan_batch",
+]
 
 METHODS = ("mppi", "cem")
 
@@ -89,22 +101,22 @@ def mppi_update(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The temperature-weighted refit of the sampling distribution to the elites.
 
-    values [K], actions [H, K, A] ->
+    values [..., K], actions [H, ..., K, A] (leading dims: environments planned together) ->
         weights w_k = exp((V_k - max V) / temperature) / sum_j exp((V_j - max V) / temperature)
-        mean [H, A] = sum_k w_k a_k,  std [H, A] = sqrt(sum_k w_k (a_k - mean)^2),  w [K]
+        mean [H, ..., A] = sum_k w_k a_k,  std = sqrt(sum_k w_k (a_k - mean)^2),  w [..., K]
     """
-    weights = torch.softmax((values - values.max()) / temperature, dim=0)  # [K]
-    w = weights[None, :, None]  # [1, K, 1]
-    mean = (w * actions).sum(1)  # [H, A]
-    std = (w * (actions - mean[:, None]).square()).sum(1).sqrt()  # [H, A]
+    weights = torch.softmax((values - values.amax(-1, keepdim=True)) / temperature, dim=-1)
+    w = weights.unsqueeze(-1)  # [..., K, 1]
+    mean = (w * actions).sum(-2)  # [H, ..., A]
+    std = (w * (actions - mean.unsqueeze(-2)).square()).sum(-2).sqrt()
     return mean, std, weights
 
 
 def cem_update(values: Tensor, actions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """CEM refit: equal weights over the elites. values [K], actions [H, K, A]."""
-    weights = torch.full_like(values, 1.0 / values.numel())  # [K]
-    mean = actions.mean(1)  # [H, A]
-    std = actions.std(1, unbiased=False)  # [H, A]
+    """CEM refit: equal weights over the elites. values [..., K], actions [H, ..., K, A]."""
+    weights = torch.full_like(values, 1.0 / values.shape[-1])  # [..., K]
+    mean = actions.mean(-2)  # [H, ..., A]
+    std = actions.std(-2, unbiased=False)
     return mean, std, weights
 
 
@@ -115,25 +127,31 @@ def estimate_value(
     context,
     discount: float,
     generator: torch.Generator | None = None,
-    policy_rows: int = 0,
+    policy_rows: int | Tensor = 0,
+    prior_noise: Tensor | None = None,
+    terminal_noise: Tensor | None = None,
 ) -> Tensor:
     """Return estimate of action sequences: state [N], actions [H, N, A] ->
     V [N] = sum_t gamma^t r(s_t, a_t) + gamma^H Q_avg(s_H, a_H ~ pi(s_H)).
 
-    The first `policy_rows` sequences are the policy prior's: their actions a_t ~ pi(s_t) are
-    drawn at their own states during this rollout and written into `actions` (one rollout
-    instead of a separate policy rollout before it: a step costs nearly as much at batch 12 as
-    at 256 when the time is per-op overhead)."""
+    The policy prior's sequences (`policy_rows`: the first k rows, or an index [P] of rows) draw
+    their actions a_t ~ pi(s_t) at their own states during this rollout and write them into
+    `actions` (one rollout instead of a separate policy rollout before it: a step costs nearly
+    as much at batch 12 as at 256 when the time is per-op overhead). The prior's noise is
+    `prior_noise` [H, P, A] and the terminal action's `terminal_noise` [N, A] when given (drawn
+    by the caller), else drawn from `generator`."""
+    rows = torch.arange(policy_rows) if isinstance(policy_rows, int) else policy_rows
     value = actions.new_zeros(actions.shape[1], 1)  # [N, 1]
     scale = 1.0
     for t in range(actions.shape[0]):
-        if policy_rows:
-            prior_states = state.map(lambda x: x[:policy_rows])
-            actions[t, :policy_rows], _ = model.pi(prior_states, generator=generator)
+        if rows.numel():
+            prior_states = state.map(lambda x: x[rows])
+            noise = None if prior_noise is None else prior_noise[t]
+            actions[t, rows], _ = model.pi(prior_states, generator=generator, noise=noise)
         value = value + scale * model.reward(state, actions[t])  # [N, 1]
         state = model.next(state, actions[t], context, stochastic=False)
         scale *= discount
-    terminal_action, _ = model.pi(state, generator=generator)  # [N, A]
+    terminal_action, _ = model.pi(state, generator=generator, noise=terminal_noise)  # [N, A]
     value = value + scale * model.Q(state, terminal_action, return_type="avg")
     return value.squeeze(-1)  # [N]
 
@@ -141,7 +159,8 @@ def estimate_value(
 class Planner:
     """Sampling-based planner with a warm start carried between calls of one episode.
 
-    `reset()` at every episode start; `plan()` returns the action [A] to take now.
+    `reset()` at every episode start; `plan()` returns the action [A] to take now; several
+    planners (one per environment) plan together with `plan_batch`.
     """
 
     def __init__(self, config: PlannerConfig, action_dim: int, discount: float):
@@ -178,63 +197,117 @@ class Planner:
         self._prev_mean = None if prev is None else prev.clone()
         self._history = [h.clone() for h in state.get("history", [])]
 
-    @torch.no_grad()  # not inference_mode: a dynamics may differentiate inside (enable_grad)
     def plan(
         self, model: WorldModel, obs: Tensor, *, explore: bool, generator: torch.Generator
     ) -> Tensor:
         """obs [O] or [1, O] -> action [A] in [-1, 1]. The observation joins this episode's
         history (read by dynamics with history_length > 0) after planning."""
-        cfg = self.config
-        horizon, n, n_pi, a_dim = cfg.horizon, cfg.num_samples, cfg.num_pi_trajs, self.action_dim
-        obs = obs.reshape(1, -1)
-        device, dtype = obs.device, obs.dtype
-        root = model.encode(obs)  # [1]
-        w = getattr(model, "history_length", 0)
-        if w > 0:
-            context = model.context(root, *self._history_inputs(w, obs))
-            self._history = [*self._history, obs[0].clone()][-w:]
+        return plan_batch(
+            [self], model, obs.reshape(1, -1), explore=explore, generators=[generator]
+        )[0]
+
+
+def _context(model: WorldModel, planners: Sequence[Planner], obs: Tensor, root, rows, n: int):
+    """The dynamics' context for the E roots' rollouts (E x n rows, environment-major), each
+    environment's history joining its planner's after. One environment: built from the root
+    (batch 1, broadcast over its samples, as training builds it per batch row); several:
+    built for the rows themselves, so that every row reads its own environment's context."""
+    w = getattr(model, "history_length", 0)
+    single = len(planners) == 1
+    if w <= 0:
+        return model.context(root if single else rows)
+    inputs = [p._history_inputs(w, obs[i : i + 1]) for i, p in enumerate(planners)]
+    history = torch.cat([h for h, _ in inputs], dim=1)  # [w, E, O]
+    mask = torch.cat([m for _, m in inputs], dim=1)  # [w, E]
+    for i, planner in enumerate(planners):
+        planner._history = [*planner._history, obs[i].clone()][-w:]
+    if single:
+        return model.context(root, history, mask)
+    return model.context(rows, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1))
+
+
+def _draws(generators: Sequence[torch.Generator], shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """One standard normal tensor of `shape` per environment from its generator: [E, *shape]."""
+    return torch.stack(
+        [torch.randn(shape, generator=g, device=like.device, dtype=like.dtype) for g in generators]
+    )
+
+
+@torch.no_grad()  # not inference_mode: a dynamics may differentiate inside (enable_grad)
+def plan_batch(
+    planners: Sequence[Planner],
+    model: WorldModel,
+    obs: Tensor,
+    *,
+    explore: bool,
+    generators: Sequence[torch.Generator],
+) -> Tensor:
+    """One planning step for E environments at once: obs [E, O] -> actions [E, A] in [-1, 1].
+    Environment i uses planners[i]'s warm start and history and draws every random number from
+    generators[i] (in the order of a single plan(): per iteration the samples, then in the
+    first iteration the prior's noise per step, then the terminal actions' noise; then the
+    elite choice and the exploration noise)."""
+    cfg = planners[0].config
+    horizon, n, n_pi = cfg.horizon, cfg.num_samples, cfg.num_pi_trajs
+    a_dim, discount = planners[0].action_dim, planners[0].discount
+    n_env = len(planners)
+    obs = obs.reshape(n_env, -1)
+    device, dtype = obs.device, obs.dtype
+    root = model.encode(obs)  # [E]
+    rows = root.expand(n) if n_env == 1 else root.map(lambda x: x.repeat_interleave(n, 0))
+    context = _context(model, planners, obs, root, rows, n)
+
+    actions = torch.empty(horizon, n_env, n, a_dim, device=device, dtype=dtype)  # [H, E, N, A]
+    flat = actions.view(horizon, n_env * n, a_dim)  # the rollout's rows, environment-major
+    mean = torch.zeros(horizon, n_env, a_dim, device=device, dtype=dtype)  # [H, E, A]
+    for i, planner in enumerate(planners):  # warm start: the previous plan, shifted by one step
+        if planner._prev_mean is not None:
+            mean[:-1, i] = planner._prev_mean[1:].to(device=device, dtype=dtype)
+    std = torch.full_like(mean, cfg.max_std)
+    prior_rows = (torch.arange(n_env)[:, None] * n + torch.arange(n_pi)).flatten()  # [E * P]
+    for iteration in range(cfg.iterations):
+        noise, prior_noise, terminal_noise = [], [], []
+        for g in generators:  # one plan()'s draws, environment by environment
+            noise.append(_draws([g], (horizon, n - n_pi, a_dim), mean)[0])
+            if iteration == 0 and n_pi:
+                prior_noise.append(_draws([g] * horizon, (n_pi, a_dim), mean))  # [H, P, A]
+            terminal_noise.append(_draws([g], (n, a_dim), mean)[0])
+        noise = torch.stack(noise, dim=1)  # [H, E, N - P, A]
+        actions[:, :, n_pi:] = (mean[:, :, None] + std[:, :, None] * noise).clamp(-1, 1)
+        # the policy-prior sequences are drawn along the first iteration's rollout, then kept
+        first = iteration == 0 and n_pi > 0
+        values = estimate_value(
+            model,
+            rows,
+            flat,
+            context,
+            discount,
+            policy_rows=prior_rows if first else 0,
+            prior_noise=torch.cat(prior_noise, dim=1) if first else None,  # [H, E * P, A]
+            terminal_noise=torch.cat(terminal_noise),  # [E * N, A]
+        )
+        values = torch.nan_to_num(values.view(n_env, n), nan=-torch.inf)  # [E, N]
+        elite_values, elite_idx = torch.topk(values, cfg.num_elites, dim=-1)  # [E, K]
+        index = elite_idx[None, :, :, None].expand(horizon, -1, -1, a_dim)
+        elite_actions = actions.gather(2, index)  # [H, E, K, A]
+        if cfg.method == "mppi":
+            mean, std, weights = mppi_update(elite_values, elite_actions, cfg.temperature)
         else:
-            context = model.context(root)
+            mean, std, weights = cem_update(elite_values, elite_actions)
+        std = std.clamp(cfg.min_std, cfg.max_std)
 
-        actions = torch.empty(horizon, n, a_dim, device=device, dtype=dtype)  # [H, N, A]
-        mean = torch.zeros(horizon, a_dim, device=device, dtype=dtype)  # [H, A]
-        if self._prev_mean is not None:  # warm start: the previous plan, shifted by one step
-            mean[:-1] = self._prev_mean[1:].to(device=device, dtype=dtype)
-        std = torch.full_like(mean, cfg.max_std)
-        state = root.expand(n)
-        for iteration in range(cfg.iterations):
-            noise = torch.randn(
-                horizon, n - n_pi, a_dim, generator=generator, device=device, dtype=dtype
-            )
-            actions[:, n_pi:] = (mean[:, None] + std[:, None] * noise).clamp(-1, 1)
-            # the policy-prior sequences are drawn along the first iteration's rollout, then kept
-            values = estimate_value(
-                model,
-                state,
-                actions,
-                context,
-                self.discount,
-                generator,
-                policy_rows=n_pi if iteration == 0 else 0,
-            )
-            values = torch.nan_to_num(values, nan=-torch.inf)  # [N]
-            elite_values, elite_idx = torch.topk(values, cfg.num_elites)  # [K]
-            elite_actions = actions[:, elite_idx]  # [H, K, A]
-            if cfg.method == "mppi":
-                mean, std, weights = mppi_update(elite_values, elite_actions, cfg.temperature)
-            else:
-                mean, std, weights = cem_update(elite_values, elite_actions)
-            std = std.clamp(cfg.min_std, cfg.max_std)
-
-        choice = torch.multinomial(weights, 1, generator=generator)  # [1]
-        action = elite_actions[0, choice[0]]  # [A]
+    chosen = torch.empty(n_env, a_dim, device=device, dtype=dtype)
+    for i, (planner, g) in enumerate(zip(planners, generators, strict=True)):
+        choice = torch.multinomial(weights[i], 1, generator=g)  # [1]
+        action = elite_actions[0, i, choice[0]]  # [A]
         if explore:
-            action = action + std[0] * torch.randn(
-                a_dim, generator=generator, device=device, dtype=dtype
+            action = action + std[0, i] * torch.randn(
+                a_dim, generator=g, device=device, dtype=dtype
             )
-        self._prev_mean = mean
-        self.last_info = {
-            "elite_value": float(elite_values.mean()),
-            "std": float(std[0].mean()),
+        chosen[i] = action
+        planner._prev_mean = mean[:, i]
+        planner.last_info = {
+            "elite_value": float(elite_values[i].mean()),
+            "std": float(std[0, i].mean()),
         }
-        return action.clamp(-1, 1)
+    return chosen.clamp(-1, 1)

@@ -1,8 +1,10 @@
-"""The agent's planner as a batched policy: one MPPI planner (warm start) per environment, one
-random generator shared by them (library code; see agent/episodes.py for the protocol)."""
+"""The agent's planner as a batched policy: one MPPI planner (warm start, history) and one random
+generator per environment, all environments planned in one batch (agent.planner.plan_batch;
+library code; see agent/episodes.py for the protocol)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -17,15 +19,19 @@ __all__ = ["PlannerPolicy"]
 
 
 class PlannerPolicy:
-    """observations [N, O] -> actions [N, A] by planning with `agent`'s world model, in the
-    agent's scaled units (actions in [-1, 1]). Environment i has planner i (created when N
-    changes); `generator` draws the planners' samples; `explore` adds the planner's noise."""
+    """observations [N, O] -> actions [N, A] by planning with `agent`'s world model for the N
+    environments at once, in the agent's scaled units (actions in [-1, 1]). Environment i has
+    planner i and generator i (created when N changes, drawing from `generator`);
+    `reset(mask, seeds)` starts environment i's episode where mask[i], with a generator of its
+    own seeded by seeds[i] when seeds are given (evaluation: an episode then plans the same
+    alone or in a batch). `explore` adds the planner's noise."""
 
     def __init__(self, agent: Agent, generator: torch.Generator, explore: bool = False):
         self.agent = agent
         self.generator = generator
         self.explore = explore
         self.planners: list[Planner] = []
+        self.generators: list[torch.Generator] = []
 
     def _ensure(self, n: int) -> None:
         if len(self.planners) != n:
@@ -33,20 +39,21 @@ class PlannerPolicy:
             self.planners = [
                 Planner(agent.config.planner, agent.action_dim, agent.discount) for _ in range(n)
             ]
+            self.generators = [self.generator] * n
 
-    def reset(self, mask: np.ndarray) -> None:
+    def reset(self, mask: np.ndarray, seeds: Sequence[int] | None = None) -> None:
         mask = np.asarray(mask, dtype=bool).reshape(-1)
         self._ensure(mask.shape[0])
-        for planner, start in zip(self.planners, mask, strict=True):
+        for i, start in enumerate(mask):
             if start:
-                planner.reset()
+                self.planners[i].reset()
+                if seeds is not None:
+                    device = self.generator.device
+                    self.generators[i] = torch.Generator(device=device).manual_seed(int(seeds[i]))
 
     def __call__(self, observations: np.ndarray) -> np.ndarray:
         obs = np.asarray(observations, dtype=np.float32)
         self._ensure(obs.shape[0])
-        actions = np.empty((obs.shape[0], self.agent.action_dim), dtype=np.float32)
-        for i, planner in enumerate(self.planners):
-            actions[i] = self.agent.act(
-                obs[i], explore=self.explore, planner=planner, generator=self.generator
-            )
-        return actions
+        return self.agent.act_batch(
+            obs, explore=self.explore, planners=self.planners, generators=self.generators
+        )

@@ -8,6 +8,7 @@ TensorBoard events and `CHECKPOINT_NAME` (written atomically by agent.checkpoint
 
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 import time
@@ -29,6 +30,7 @@ __all__ = [
     "fresh_dir",
     "make_run_dir",
     "make_run_env",
+    "make_run_vector_env",
     "run_dir_name",
     "run_metadata",
 ]
@@ -61,6 +63,15 @@ def make_run_env(
         tc.env_id, seed=seed, render_mode=render_mode, max_episode_steps=tc.max_episode_steps
     )
     return scale_spaces(env, seed) if scaled else env
+
+
+def make_run_vector_env(config: RunConfig, num_envs: int) -> gym.vector.SyncVectorEnv:
+    """`num_envs` copies of the run's scaled env (make_run_env) as one gymnasium vector env
+    for evaluation waves (agent.episodes.run_episodes); in-process (SyncVectorEnv): the
+    policy's batched planning, not the envs' stepping, is what costs."""
+    return gym.vector.SyncVectorEnv(
+        [functools.partial(make_run_env, config, None) for _ in range(num_envs)]
+    )
 
 
 def checkpoint_path(path: str | Path) -> Path:

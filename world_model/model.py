@@ -517,10 +517,13 @@ class WorldModel(nn.Module):
         *,
         generator: torch.Generator | None = None,
         deterministic: bool = False,
+        noise: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Policy prior: tanh-squashed Gaussian on the latent features.
         Returns the action [B, A] in [-1, 1] (the mean's tanh if deterministic) and
-        {'mean' [B, A], 'log_std' [B, A], 'log_prob' [B], 'entropy' [B]}."""
+        {'mean' [B, A], 'log_std' [B, A], 'log_prob' [B], 'entropy' [B]}. `noise` [B, A]: the
+        standard normal draw to use (a planner drawing per environment), else from
+        `generator`."""
         cfg = self.config
         mean, log_std = self._pi(self.features(state)).chunk(2, dim=-1)  # [B, A] each
         log_std = cfg.log_std_min + 0.5 * (cfg.log_std_max - cfg.log_std_min) * (
@@ -528,6 +531,8 @@ class WorldModel(nn.Module):
         )
         if deterministic:
             eps = torch.zeros_like(mean)
+        elif noise is not None:
+            eps = noise.to(mean)
         else:
             eps = torch.randn(mean.shape, generator=generator, dtype=mean.dtype, device=mean.device)
         pre_tanh = mean + eps * log_std.exp()

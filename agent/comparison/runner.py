@@ -89,11 +89,12 @@ def train_agent(
     world_model: str,
     seed: int,
     run_dir: Path,
-    on_point: Callable[[PointResult], None],
+    on_point: Callable[[PointResult], bool | None],
 ) -> str:
     """Train the agent with `world_model` on `seed` to config.steps, logging to `run_dir`, and
-    hand each evaluation point to `on_point`. Returns the Trainer's status ('done' or
-    'interrupted': a Ctrl-C stops at the next step with a checkpoint written)."""
+    hand each evaluation point to `on_point` (which returns False to stop the run there, e.g.
+    at a target return). Returns the Trainer's status ('done', 'stopped' by on_point, or
+    'interrupted': a Ctrl-C stops at the next step); a checkpoint is written in every case."""
     run_config = config.run_config(world_model, seed)
     agent = Agent(None, run_config)
     (run_dir / "config.json").write_text(json.dumps(run_config.to_dict(), indent=2))
@@ -110,7 +111,7 @@ def train_agent(
         train_cpu_s = time.process_time() - start_cpu - clock.cpu
         eval_start = time.perf_counter()
         trainer.evaluate_and_log()  # logged as eval/mean_return at this step
-        on_point(
+        go_on = on_point(
             PointResult(
                 step=step,
                 returns=[float(r) for r in trainer.last_returns],
@@ -122,7 +123,7 @@ def train_agent(
                 updates=timing["updates"],
             )
         )
-        return True
+        return go_on is not False
 
     try:
         return trainer.run(config.steps, callback=at_point)

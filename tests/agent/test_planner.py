@@ -9,7 +9,14 @@ import pytest
 import torch
 from torch import Tensor
 
-from agent.planner import Planner, PlannerConfig, cem_update, estimate_value, mppi_update
+from agent.planner import (
+    Planner,
+    PlannerConfig,
+    cem_update,
+    estimate_value,
+    mppi_update,
+    plan_batch,
+)
 from world_model.model import LatentState
 
 
@@ -41,7 +48,7 @@ class QuadraticToy:
     def reward(self, state, action):
         return -(state.x + action - self.goal).square().sum(-1, keepdim=True)
 
-    def pi(self, state, *, generator=None, deterministic=False):
+    def pi(self, state, *, generator=None, deterministic=False, noise=None):
         return torch.full_like(state.x, self.prior_action), {}
 
     def Q(self, state, action, return_type="avg"):
@@ -89,7 +96,7 @@ def test_estimate_value_matches_the_discounted_sum():
 class FeedbackToy(QuadraticToy):
     """QuadraticToy whose policy prior depends on the state: pi(x) = 0.2 - 0.5 x."""
 
-    def pi(self, state, *, generator=None, deterministic=False):
+    def pi(self, state, *, generator=None, deterministic=False, noise=None):
         return 0.2 - 0.5 * state.x, {}
 
 
@@ -246,3 +253,48 @@ def test_planner_hands_the_episodes_recent_observations_to_the_context():
     planner.reset()  # a new episode forgets it
     planner.plan(model, torch.tensor([5.0]), explore=False, generator=gen)
     assert not model.histories[-1][1].any()
+
+
+class NoisyPriorToy(QuadraticToy):
+    """The quadratic toy with a stochastic policy prior a = tanh(x + 0.5 eps): its draws come
+    from the planner's generator, or from the noise a batched planner hands it."""
+
+    def pi(self, state, *, generator=None, deterministic=False, noise=None):
+        if noise is None:
+            noise = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype)
+        return torch.tanh(state.x + 0.5 * noise), {}
+
+
+@pytest.mark.parametrize("method", ["mppi", "cem"])
+def test_plan_batch_plans_what_separate_plans_would(method):
+    """plan_batch over E environments (each with its planner's warm start and its own
+    generator) returns the actions, next warm starts and generator states of E plan() calls:
+    every environment's draws come from its generator in one plan()'s order (samples, the
+    prior's noise per step, terminal noise, elite choice, exploration)."""
+    cfg = PlannerConfig(
+        method=method, horizon=3, iterations=3, num_samples=48, num_elites=6, num_pi_trajs=5
+    )
+    toy = NoisyPriorToy(goal=torch.tensor([0.3, -0.2]))
+    obs = torch.tensor([[0.1, 0.2], [-0.4, 0.0], [0.6, -0.5]])
+    warm = [None, torch.tensor([[0.2, 0.1], [0.0, -0.3], [0.5, 0.5]]), None]
+
+    def planners():
+        out = [Planner(cfg, action_dim=2, discount=0.9) for _ in warm]
+        for planner, mean in zip(out, warm, strict=True):
+            planner._prev_mean = mean
+        return out
+
+    alone, together = planners(), planners()
+    gens_alone = [torch.Generator().manual_seed(s) for s in (3, 4, 5)]
+    gens_together = [torch.Generator().manual_seed(s) for s in (3, 4, 5)]
+    want = torch.stack(
+        [
+            p.plan(toy, o, explore=True, generator=g)
+            for p, o, g in zip(alone, obs, gens_alone, strict=True)
+        ]
+    )
+    got = plan_batch(together, toy, obs, explore=True, generators=gens_together)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    for a, b, ga, gb in zip(alone, together, gens_alone, gens_together, strict=True):
+        torch.testing.assert_close(b._prev_mean, a._prev_mean, rtol=0, atol=1e-6)
+        assert torch.equal(ga.get_state(), gb.get_state())  # the same draws, the same count
