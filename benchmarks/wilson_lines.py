@@ -29,15 +29,15 @@ from benchmarks.agent_step_cost import plan_calls, time_calls  # noqa: E402
 from world_model.attention.covariant import CovariantAttention  # noqa: E402
 
 DEFAULT_MODES = (
-    "first_order:1",
     "exp:1",
-    "path_ordered:4",
+    "first_order:1",
     "path_ordered:8",
     "path_ordered:16",
-    "magnus4:1",
     "magnus4:2",
     "magnus4:4",
     "magnus4:8",
+    "magnus4:12",
+    "magnus4:16",
 )
 
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=5, help="updates timed per round")
     parser.add_argument("--plans", type=int, default=5, help="plans timed per round")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     modes = [parse_mode(m) for m in args.modes]
@@ -86,14 +87,16 @@ def main(argv: list[str] | None = None) -> int:
     times = {key: {"update": [], "plan": []} for key in agents}
     for _ in range(args.rounds):
         for key, clone in agents.items():
-            times[key]["update"].append(time_calls(clone.update, args.updates))
+            times[key]["update"].append(time_calls(clone.update, args.updates, args.clock))
             clone.planner.reset()
-            times[key]["plan"].append(time_calls(plan_calls(clone, observations), args.plans))
+            plans = plan_calls(clone, observations)
+            times[key]["plan"].append(time_calls(plans, args.plans, args.clock))
     ref = modes[0]
     med = {k: {n: statistics.median(v) for n, v in t.items()} for k, t in times.items()}
     print(
         f"\n{args.run}: {len(batch.obs[0]) if batch is not None else 0} states; "
-        f"{args.rounds} rounds x ({args.updates} updates, {args.plans} plans), 1 thread\n"
+        f"{args.rounds} rounds x ({args.updates} updates, {args.plans} plans), 1 thread, "
+        f"{args.clock} ms\n"
     )
     print(
         "| wilson | segments | node 67 | relative | 68 | 69 | 70 | update ms | plan ms | "
