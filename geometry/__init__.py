@@ -9,12 +9,14 @@
   bilinear contractions of the covariant head's query (seed 003 Def 283-285).
 - :mod:`geometry.screening` area-law proxy, screening factor, confinement radius (seed 003 §8).
 - :mod:`geometry.potentials` the confining potential and force, Gaussian wells in d_H.
+- :mod:`geometry.quantize`  polar quantisation of ball keys and bit packing (seed 000 §6, HCC).
 - :mod:`geometry.langevin`  Langevin dynamics with mass G = lambda^2 I and its BAOAB splitting
   (one composition, `baoab`, for the model's step and the disk's simulator).
 """
 
-from . import doublet, gauge, langevin, poincare, potentials, screening, sphere, su2
+from . import doublet, gauge, langevin, poincare, potentials, quantize, screening, sphere, su2
 
 __all__ = [
-    "doublet", "gauge", "langevin", "poincare", "potentials", "screening", "sphere", "su2"
+    "doublet", "gauge", "langevin", "poincare", "potentials", "quantize", "screening", "sphere",
+    "su2",
 ]  # fmt: skip

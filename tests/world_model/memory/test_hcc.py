@@ -1,0 +1,173 @@
+"""HCC (seed 000 §6): real bit packing, the seed quantiser's defects, the true error bound, and
+retrieval on compressed keys (world_model/memory/hcc.py, geometry/quantize.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from geometry import quantize
+from world_model.attention.ida import inverse_distance_attention
+from world_model.memory.hcc import HCCConfig, compress, suggested_range
+
+
+def keys_in_ball(n, d, max_r=0.95, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(n, d, generator=g, dtype=torch.float64)
+    u = u / u.norm(dim=-1, keepdim=True)
+    return (max_r * torch.rand(n, 1, generator=g, dtype=torch.float64) * u).to(dtype)
+
+
+def reference_decode(keys, b, br, grid, a):
+    """HCC decoded keys written out coordinate by coordinate (float64, no shared code)."""
+    out = torch.empty_like(keys, dtype=torch.float64)
+    for i, k in enumerate(keys.to(torch.float64)):
+        r = float(k.norm())
+        u = (k / r).tolist() if r > 0 else [0.0] * len(k)
+        cell = min(int(math.floor(r * 2**br)), 2**br - 1)
+        r_hat = (cell + 0.5) / 2**br
+        q = []
+        for x in u:
+            x = max(-a, min(a, x))
+            if grid == "seed":
+                step = 2 * a / (2**b - 1)
+                q.append(min(max(round((x + a) / step), 0), 2**b - 1) * step - a)
+            else:
+                step, half = a / (2 ** (b - 1) - 1), 2 ** (b - 1) - 1
+                q.append(min(max(round(x / step), -half), half) * step)
+        norm = math.sqrt(sum(v * v for v in q))
+        out[i] = torch.tensor(
+            [r_hat * v / norm if norm > 0 else 0.0 for v in q], dtype=torch.float64
+        )
+    return out
+
+
+def test_pack_bits_is_a_little_endian_stream():
+    # fields of widths 1, 2, 3: 1 | 2 = 10b | 5 = 101b, then the next row 0 | 3 | 7
+    codes = torch.tensor([[1, 2, 5], [0, 3, 7]])
+    data = quantize.pack_bits(codes, torch.tensor([1, 2, 3]))
+    bits = [1, 0, 1, 1, 0, 1] + [0, 1, 1, 1, 1, 1]
+    expected = [sum(b << i for i, b in enumerate(bits[j : j + 8])) for j in (0, 8)]
+    assert data.dtype == torch.uint8 and data.tolist() == expected
+    assert quantize.unpack_bits(data, torch.tensor([1, 2, 3]), 2).tolist() == codes.tolist()
+
+
+def test_pack_unpack_round_trip_random_widths():
+    g = torch.Generator().manual_seed(1)
+    widths = torch.randint(1, 12, (9,), generator=g)
+    codes = torch.stack([torch.randint(0, 2 ** int(w), (37,), generator=g) for w in widths], -1)
+    data = quantize.pack_bits(codes, widths)
+    assert data.numel() == math.ceil(37 * int(widths.sum()) / 8)
+    assert torch.equal(quantize.unpack_bits(data, widths, 37), codes)
+
+
+@pytest.mark.parametrize("d", [8, 32, 128])
+def test_packed_size_and_ratio(d):
+    keys = keys_in_ball(300, d, dtype=torch.float32)
+    packed = compress(keys, 4, 6)
+    assert packed.data.dtype == torch.uint8
+    assert packed.nbytes == math.ceil(300 * (4 * d + 6) / 8)
+    assert packed.compression_ratio() == pytest.approx(300 * d * 4 / packed.nbytes)
+    if d == 32:  # all d coordinates are coded: 1024 / 134, not Thm 6.2's 1024 / 130 = 7.88
+        assert packed.compression_ratio() == pytest.approx(1024 / 134, rel=1e-3)
+        assert 7.5 <= packed.compression_ratio() < 7.7
+
+
+@pytest.mark.parametrize("grid", ["seed", "zero"])
+@pytest.mark.parametrize("a", [1.0, 0.5])
+def test_decompress_matches_a_coordinate_by_coordinate_reference(grid, a):
+    keys = keys_in_ball(40, 8, seed=2)
+    keys[0] = 0.0  # no direction
+    keys[1, :] = 0.0
+    keys[1, 0] = 0.9  # on an axis
+    got = compress(keys, 3, 5, grid=grid, direction_range=a).decompress()
+    assert got.shape == keys.shape and got.dtype == keys.dtype
+    torch.testing.assert_close(got, reference_decode(keys, 3, 5, grid, a), rtol=1e-12, atol=1e-12)
+
+
+def test_seed_radius_grid_has_an_extra_level_on_the_boundary():
+    r = torch.linspace(0, 1 - 1e-9, 100001, dtype=torch.float64)
+    seed = torch.round(r * 64) / 64  # the seed's grid, b_r = 6
+    assert seed.unique().numel() == 65 and seed.max() == 1.0  # 7 bits; r_hat = 1 is the boundary
+    ours = quantize.dequantize_radius(quantize.quantize_radius(r, 6), 6, torch.float64)
+    assert ours.unique().numel() == 64 and ours.max() == 1 - 2**-7
+    assert (ours - r).abs().max() <= 2**-7 + 1e-15
+
+
+def test_seed_direction_is_not_a_unit_vector_and_leaves_the_ball():
+    d, b = 32, 4
+    u = torch.zeros(d, dtype=torch.float64)
+    u[0] = 1.0
+    seed_u = torch.round((u + 1) / 2 * (2**b - 1)) / (2**b - 1) * 2 - 1  # no zero: 0 -> 1/15
+    seed_r = round(0.99 * 64) / 64
+    assert (seed_u == 0).sum() == 0 and seed_u.norm() > 1.06
+    assert seed_r * seed_u.norm() > 1.0  # the reconstructed key is outside the ball
+    ours = compress((0.99 * u).unsqueeze(0), b, 6).decompress()
+    assert ours.norm() < 1.0
+
+
+@pytest.mark.parametrize("grid", ["seed", "zero"])
+@pytest.mark.parametrize("d", [8, 32, 128, 256])
+def test_true_bound_holds_on_random_and_adversarial_keys(grid, d):
+    keys = keys_in_ball(400, d, max_r=0.999, seed=d)
+    axes = 0.99 * torch.eye(d, dtype=torch.float64)[:8]  # sign-grid worst case
+    tilted = torch.full((d,), 0.999 / (2 * 7))  # coordinates at the "zero" grid's threshold
+    tilted[0] = 1.0
+    keys = torch.cat([keys, axes, (0.99 * tilted / tilted.norm()).unsqueeze(0)])
+    for a in (1.0, suggested_range(d)):
+        err = (compress(keys, 4, 6, grid=grid, direction_range=a).decompress() - keys).norm(dim=-1)
+        bound = quantize.reconstruction_bound(keys, 4, 6, grid, a)
+        assert (err <= bound + 1e-12).all()
+
+
+def test_seed_bound_misses_sqrt_d_counter_example():
+    """Thm 6.1: |k - k_hat|^2 <= 4 (2^-4 + 2^-6) = 0.3125. A key on an axis at d = 128: every
+    zero coordinate is coded +-1/15, and the renormalised direction is 37 degrees off."""
+    k = torch.zeros(1, 128, dtype=torch.float64)
+    k[0, 0] = 0.99
+    sq = ((compress(k, 4, 6, direction_range=1.0).decompress() - k) ** 2).sum().item()
+    assert sq > quantize.seed_reconstruction_bound(4, 6) == 0.3125
+    assert sq > 0.38
+    assert sq <= quantize.reconstruction_bound(k, 4, 6, "seed").item() ** 2
+    exact = compress(k, 4, 6, grid="zero").decompress()  # a grid with a zero codes it exactly
+    assert ((exact - k) ** 2).sum() < 1e-4
+
+
+def test_decompressed_keys_stay_inside_the_ball_and_outside_keys_are_refused():
+    keys = keys_in_ball(200, 16, max_r=1 - 1e-6, dtype=torch.float32)
+    assert compress(keys).decompress().norm(dim=-1).max() < 1.0
+    with pytest.raises(ValueError, match="open unit ball"):
+        compress(torch.ones(2, 4))
+
+
+def test_retrieval_of_dense_hida_on_compressed_keys():
+    """Queries at the stored (uncompressed) keys retrieve their own key on the compressed keys
+    at d = 32 with 4/6 bits; 1/1 bits lose most of it (the test can fail both ways)."""
+    keys = keys_in_ball(256, 32, max_r=0.9, seed=5, dtype=torch.float32)
+    eye = torch.eye(256)
+
+    def accuracy(stored):
+        _, w = inverse_distance_attention(keys, stored, eye, 1e-4, "poincare")
+        return (w.argmax(-1) == torch.arange(256)).float().mean().item()
+
+    assert accuracy(keys) == 1.0
+    assert accuracy(compress(keys, 4, 6).decompress()) >= 0.95
+    assert accuracy(compress(keys, 1, 1).decompress()) < 0.9
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(bits_dir=0), "bits_dir"),
+        (dict(bits_radius=17), "bits_radius"),
+        (dict(grid="lattice"), "grid"),
+        (dict(grid="zero", bits_dir=1), "zero"),
+        (dict(direction_range=0.0), "direction_range"),
+    ],
+)
+def test_config_errors_are_one_line(kwargs, match):
+    with pytest.raises(ValueError, match=match) as info:
+        HCCConfig(**kwargs)
+    assert "\n" not in str(info.value)
