@@ -25,7 +25,7 @@ from agent.config import (
 )
 from agent.episodes import run_episodes
 from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME, make_run_env
+from agent.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
 from envs import make_env
 from envs.scaling import scale_spaces
 from tests.agent.conftest import tiny
@@ -394,3 +394,20 @@ def test_discrete_action_space_is_refused():
 
     with pytest.raises(ConfigError, match="continuous"):
         Agent(gym.make("CartPole-v1"), RunConfig.from_dict(tiny()))
+
+
+def test_batched_evaluation_waves_play_the_sequential_episodes():
+    """run_episodes on a vector env of 2 plays 3 episodes in two waves (the last with a spare
+    env whose steps are not counted), all planned in one batch per step, and returns what the
+    one-after-the-other loop returns for the same seeds (per-episode generators), up to the
+    rounding of batched arithmetic."""
+    agent = make_agent(train={"seed_steps": 40, "max_episode_steps": 25})
+    agent.learn(60)
+    sequential = run_episodes(agent.policy(5), make_run_env(agent.config, seed=None), 3, 5)
+    batched = run_episodes(agent.policy(5), make_run_vector_env(agent.config, 2), 3, 5)
+    np.testing.assert_allclose(batched, sequential, rtol=1e-5)
+    assert len(set(np.round(sequential, 3))) == 3  # three different episodes
+    with pytest.raises(ValueError, match="single env"):
+        run_episodes(
+            agent.policy(5), make_run_vector_env(agent.config, 2), 2, 5, on_frame=lambda *a: None
+        )
