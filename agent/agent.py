@@ -168,18 +168,14 @@ class Agent:
         planner: Planner | None = None,
         generator: torch.Generator | None = None,
     ) -> np.ndarray:
-        """Plan from one observation [O]; returns the action [A] in [-1, 1]."""
-        start = time.perf_counter()
-        with _eval_mode(self.model):
-            action = (planner or self.planner).plan(
-                self.model,
-                self._obs_tensor(obs),
-                explore=explore,
-                generator=generator or self.generator,
-            )
-        self.timing["plan_s"] += time.perf_counter() - start
-        self.timing["plans"] += 1
-        return action.cpu().numpy()
+        """Plan from one observation [O]; returns the action [A] in [-1, 1] (act_batch of one
+        environment, with the agent's own planner and generator unless given)."""
+        return self.act_batch(
+            np.asarray(obs)[None],
+            explore=explore,
+            planners=[planner or self.planner],
+            generators=[generator or self.generator],
+        )[0]
 
     def act_batch(
         self,

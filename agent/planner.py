@@ -23,6 +23,7 @@ stochastic=False (mean step).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -226,11 +227,9 @@ def _context(model: WorldModel, planners: Sequence[Planner], obs: Tensor, root, 
     return model.context(rows, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1))
 
 
-def _draws(generators: Sequence[torch.Generator], shape: tuple[int, ...], like: Tensor) -> Tensor:
-    """One standard normal tensor of `shape` per environment from its generator: [E, *shape]."""
-    return torch.stack(
-        [torch.randn(shape, generator=g, device=like.device, dtype=like.dtype) for g in generators]
-    )
+def _randn(generator: torch.Generator, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    """A standard normal draw of `shape` from `generator`, on `like`'s device and dtype."""
+    return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
 
 
 @torch.no_grad()  # not inference_mode: a dynamics may differentiate inside (enable_grad)
@@ -264,14 +263,17 @@ def plan_batch(
         if planner._prev_mean is not None:
             mean[:-1, i] = planner._prev_mean[1:].to(device=device, dtype=dtype)
     std = torch.full_like(mean, cfg.max_std)
-    prior_rows = (torch.arange(n_env)[:, None] * n + torch.arange(n_pi)).flatten()  # [E * P]
+    arange = functools.partial(torch.arange, device=device)
+    prior_rows = (arange(n_env)[:, None] * n + arange(n_pi)).flatten()  # [E * P]
     for iteration in range(cfg.iterations):
         noise, prior_noise, terminal_noise = [], [], []
         for g in generators:  # one plan()'s draws, environment by environment
-            noise.append(_draws([g], (horizon, n - n_pi, a_dim), mean)[0])
-            if iteration == 0 and n_pi:
-                prior_noise.append(_draws([g] * horizon, (n_pi, a_dim), mean))  # [H, P, A]
-            terminal_noise.append(_draws([g], (n, a_dim), mean)[0])
+            noise.append(_randn(g, (horizon, n - n_pi, a_dim), mean))
+            if iteration == 0 and n_pi:  # [H, P, A], one step after the other
+                prior_noise.append(
+                    torch.stack([_randn(g, (n_pi, a_dim), mean) for _ in range(horizon)])
+                )
+            terminal_noise.append(_randn(g, (n, a_dim), mean))
         noise = torch.stack(noise, dim=1)  # [H, E, N - P, A]
         actions[:, :, n_pi:] = (mean[:, :, None] + std[:, :, None] * noise).clamp(-1, 1)
         # the policy-prior sequences are drawn along the first iteration's rollout, then kept
@@ -301,9 +303,7 @@ def plan_batch(
         choice = torch.multinomial(weights[i], 1, generator=g)  # [1]
         action = elite_actions[0, i, choice[0]]  # [A]
         if explore:
-            action = action + std[0, i] * torch.randn(
-                a_dim, generator=g, device=device, dtype=dtype
-            )
+            action = action + std[0, i] * _randn(g, (a_dim,), action)
         chosen[i] = action
         planner._prev_mean = mean[:, i]
         planner.last_info = {

@@ -36,15 +36,11 @@ from agent.runs import fresh_dir  # noqa: E402
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class _Reached(Exception):
-    """Raised from SAC's evaluation callback to stop its run at the target."""
-
-
 def run_one(config: CompareConfig, method: str, seed: int, run_dir: Path, target: float) -> dict:
     """Train `method` on `seed` until its evaluation reaches `target` (or config.steps)."""
     points: list[dict] = []
 
-    def on_point(point: PointResult) -> bool | None:
+    def on_point(point: PointResult) -> bool:
         points.append(
             {
                 "step": point.step,
@@ -58,20 +54,13 @@ def run_one(config: CompareConfig, method: str, seed: int, run_dir: Path, target
             f"(training {point.train_s:.0f} s, evaluation {point.eval_s:.0f} s)",
             flush=True,
         )
-        if point.mean >= target:
-            if method == "sac":
-                raise _Reached
-            return False  # the agent's Trainer stops here and writes its checkpoint
-        return None
+        return point.mean < target  # False: the run stops here (an agent's with a checkpoint)
 
     start = time.perf_counter()
-    try:
-        if method == "sac":
-            status = train_sac(config, seed, run_dir, on_point)
-        else:
-            status = train_agent(config, method, seed, run_dir, on_point)
-    except _Reached:
-        status = "stopped"
+    if method == "sac":
+        status = train_sac(config, seed, run_dir, on_point)
+    else:
+        status = train_agent(config, method, seed, run_dir, on_point)
     if status == "interrupted":
         raise KeyboardInterrupt
     reached = next((p for p in points if p["mean"] >= target), None)

@@ -768,10 +768,11 @@ def affine_segment_exponents_vjp(
     ([..., G], [..., G])."""
     weights, w_bracket = _segment_weights(mode, segments, p)
     shape = (-1, *([1] * p.dim()))
-    grad_p = grad.sum(0) / weights.numel()
+    total = grad.sum(0)  # [..., G]
+    grad_p = total / weights.numel()
     grad_q = (weights.view(shape) * grad).sum(0)
     if w_bracket:
-        bp, bq = _bracket_vjp(group, p, q, grad.sum(0))
+        bp, bq = _bracket_vjp(group, p, q, total)
         grad_p, grad_q = grad_p + w_bracket * bp, grad_q + w_bracket * bq
     return grad_p, grad_q
 

@@ -146,11 +146,15 @@ def sac_returns(model: Any, env: Any, episodes: int, seed: int) -> np.ndarray:
 
 
 def train_sac(
-    config: CompareConfig, seed: int, run_dir: Path, on_point: Callable[[PointResult], None]
+    config: CompareConfig,
+    seed: int,
+    run_dir: Path,
+    on_point: Callable[[PointResult], bool | None],
 ) -> str:
     """SB3's SAC("MlpPolicy") with its default settings on `seed`, on the agents' env (same
-    episode limit) and threads setting, evaluated on the same episodes; TensorBoard logs in
-    `run_dir`. Returns 'done' or 'interrupted' (Ctrl-C)."""
+    episode limit) and threads setting, evaluated on the same episodes and handed to
+    `on_point` (False stops the run there); TensorBoard logs in `run_dir`. Returns 'done',
+    'stopped' or 'interrupted' (Ctrl-C)."""
     from stable_baselines3 import SAC as SoftActorCritic
     from stable_baselines3.common.logger import configure
 
@@ -176,11 +180,13 @@ def train_sac(
             model.logger.record("eval/mean_return", float(returns.mean()))
             model.logger.record("eval/std_return", float(returns.std()))
             model.logger.dump(step)
-            on_point(
+            go_on = on_point(
                 PointResult(
                     step, [float(r) for r in returns], train_s, train_cpu_s, eval_clock.wall
                 )
             )
+            if go_on is False:  # as train_agent: the callback stops the run here
+                return "stopped"
     except KeyboardInterrupt:
         return "interrupted"
     finally:
