@@ -115,9 +115,9 @@ class CovariantQueries:
         """Queries from code that guarantees what __post_init__ checks (shapes, dtypes, points
         inside the ball: a model's own states), without the checks: their max |z| read costs
         a few ops and a host sync on every call of a rollout's inner loop."""
-        queries = cls.__new__(cls)
-        for f in fields(cls):
-            setattr(queries, f.name, values.pop(f.name, f.default))
+        queries = object.__new__(cls)
+        for name, default in _QUERY_FIELDS:  # a constant tuple: torch.compile traces it
+            setattr(queries, name, values.pop(name, default))
         if values:
             raise TypeError(f"unknown CovariantQueries fields {sorted(values)}")
         return queries
@@ -154,6 +154,9 @@ class CovariantQueries:
         if self.value_grad is None:
             return None
         return head.chiral_projector(self.value_grad)
+
+
+_QUERY_FIELDS = tuple((f.name, f.default) for f in fields(CovariantQueries))
 
 
 @dataclass
