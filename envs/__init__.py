@@ -1,5 +1,6 @@
 """Environments: gymnasium continuous-control tasks behind one `make_env`, and the project's own
-environments with known ground-truth dynamics (`PoincareDisk-v0`, see `envs.poincare_disk`)."""
+environments with known ground-truth dynamics (`PoincareDisk-v0`, see `envs.poincare_disk`, and
+`PoincareDiskRandom-v0`, its landscape redrawn at every reset, see `envs.poincare_disk_random`)."""
 
 from __future__ import annotations
 
@@ -13,5 +14,12 @@ if "PoincareDisk-v0" not in gym.registry:
     gym.register(
         id="PoincareDisk-v0",
         entry_point="envs.poincare_disk:PoincareDiskEnv",
+        max_episode_steps=200,
+    )
+
+if "PoincareDiskRandom-v0" not in gym.registry:
+    gym.register(
+        id="PoincareDiskRandom-v0",
+        entry_point="envs.poincare_disk_random:PoincareDiskRandomEnv",
         max_episode_steps=200,
     )

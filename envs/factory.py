@@ -42,6 +42,7 @@ SUPPORTED_ENVS: tuple[str, ...] = (
     "MountainCarContinuous-v0",
     *MUJOCO_ENVS,
     "PoincareDisk-v0",
+    "PoincareDiskRandom-v0",
 )
 
 
