@@ -285,8 +285,10 @@ class Agent:
         """One gradient step of the world model, then of the policy prior; EMA targets."""
         start = time.perf_counter()
         ac, lc = self.config.agent, self.config.loss
-        history = self.model.history_length
-        batch = self.buffer.sample(ac.batch_size, lc.horizon, history).to(self.device)
+        model = self.model
+        batch = self.buffer.sample(
+            ac.batch_size, lc.horizon, model.history_length, model.memory_capacity
+        ).to(self.device)
         self.model.train()
         loss, metrics, states = world_model_loss(self.model, batch, self.discount, lc)
         self.optim.zero_grad(set_to_none=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from world_model.memory.episodic import MemoryInputs
 from world_model.training import SequenceBatch
 
 __all__ = ["ReplayBuffer"]
@@ -83,10 +84,13 @@ class ReplayBuffer:
             self.truncated[i] = 1.0
             self._done[i] = True
 
-    def sample(self, batch_size: int, horizon: int, history: int = 0) -> SequenceBatch:
+    def sample(
+        self, batch_size: int, horizon: int, history: int = 0, memory: int = 0
+    ) -> SequenceBatch:
         """B random valid sub-trajectories of `horizon` steps (see the module docstring), with
         the `history` observations before each start in the same episode (masked where the
-        episode, or the stored data, begins later)."""
+        episode, or the stored data, begins later) and, for an episodic memory, the `memory`
+        transitions before each start in the same episode (causal: none at or after it)."""
         n_starts = self.size - horizon + 1
         if n_starts < 1:
             raise ValueError(
@@ -112,20 +116,24 @@ class ReplayBuffer:
         obs = torch.cat([self.obs[idx[:1]], self.next_obs[idx]], dim=0)  # [H+1, B, O]
         hist_obs = hist_mask = None
         if history > 0:
-            start_logical = (picked[:, 0] - oldest) % self.capacity  # [B]
-            back = np.arange(history, 0, -1)  # W .. 1 steps back: oldest first
-            logical = start_logical[:, None] - back  # [B, W]
-            valid = logical >= 0
-            slots = np.where(valid, (oldest + logical) % self.capacity, 0)  # [B, W]
-            # a step is in the start's episode if no episode ends at it or after it, before
-            # the start: walk from the nearest step backwards
-            for k in range(history - 1, -1, -1):
-                ended = self._done[slots[:, k]] & valid[:, k]
-                later = valid[:, k + 1 :].all(axis=1) if k + 1 < history else np.ones_like(ended)
-                valid[:, k] &= ~ended & later
+            slots, valid = self._before_starts(picked[:, 0], history)  # [B, W]
             hist_idx = torch.from_numpy(slots.T.copy())  # [W, B]
             hist_mask = torch.from_numpy(valid.T.copy())  # [W, B]
             hist_obs = self.obs[hist_idx] * hist_mask.unsqueeze(-1)  # [W, B, O], 0 where masked
+        memory_inputs = None
+        if memory > 0:  # transition s = (obs[s], action[s], next_obs[s]) for s before the start
+            slots, valid = self._before_starts(picked[:, 0], memory)  # [B, C]
+            distinct, inverse = np.unique(slots[valid], return_inverse=True)
+            index = np.zeros_like(slots)
+            index[valid] = inverse
+            rows = torch.from_numpy(distinct)
+            memory_inputs = MemoryInputs(
+                obs=self.obs[rows],  # [U, O]: every distinct transition once
+                action=self.action[rows],
+                next_obs=self.next_obs[rows],
+                index=torch.from_numpy(index.T.copy()),  # [C, B] into the U rows
+                mask=torch.from_numpy(valid.T.copy()),  # [C, B]
+            )
         return SequenceBatch(
             obs=obs,
             action=self.action[idx],  # [H, B, A]
@@ -134,7 +142,24 @@ class ReplayBuffer:
             truncated=self.truncated[idx],
             history_obs=hist_obs,
             history_mask=hist_mask,
+            memory=memory_inputs,
         )
+
+    def _before_starts(self, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The n slots before each start slot [B], oldest first, and whether each is in the
+        start's episode and stored: (slots [B, n], valid [B, n]; slot 0 where not valid)."""
+        oldest = self.ptr if self.size == self.capacity else 0
+        start_logical = (starts - oldest) % self.capacity  # [B]
+        logical = start_logical[:, None] - np.arange(n, 0, -1)  # [B, n]: n .. 1 steps back
+        valid = logical >= 0
+        slots = np.where(valid, (oldest + logical) % self.capacity, 0)  # [B, n]
+        # a step is in the start's episode if no episode ends at it or after it, before the
+        # start: walk from the nearest step backwards
+        for k in range(n - 1, -1, -1):
+            ended = self._done[slots[:, k]] & valid[:, k]
+            later = valid[:, k + 1 :].all(axis=1) if k + 1 < n else np.ones_like(ended)
+            valid[:, k] &= ~ended & later
+        return slots, valid
 
     # -- checkpointing: tensors and plain Python values only (loads with weights_only=True)
     def state_dict(self) -> dict:

@@ -72,7 +72,10 @@ def sample_batch(agent: Agent, states: int, horizon: int = 1) -> Any:
         return None
     saved, buffer.rng = buffer.rng, np.random.default_rng(agent.config.train.seed + 4)
     try:
-        return buffer.sample(states, horizon, agent.model.history_length).to(agent.device)
+        model = agent.model
+        return buffer.sample(states, horizon, model.history_length, model.memory_capacity).to(
+            agent.device
+        )
     finally:
         buffer.rng = saved
 
@@ -94,7 +97,7 @@ def latent_fit(agent: Agent, states: int) -> dict[str, Any] | None:
         (horizon, batch.obs.shape[1])
     )  # [H, B]
     state = model.encode(batch.obs[0])
-    context = model.context(state, batch.history_obs, batch.history_mask)
+    context = model.context(state, batch.history_obs, batch.history_mask, batch.memory)
     losses = []
     for t in range(horizon):
         state = model.next(state, batch.action[t], context, stochastic=False)

@@ -223,8 +223,12 @@ class Trainer:
             saved = agent.buffer.rng
             agent.buffer.rng = np.random.default_rng(self.cfg.seed + 4)
             try:
+                model = agent.model
                 batch = agent.buffer.sample(
-                    agent.config.agent.batch_size, horizon, agent.model.history_length
+                    agent.config.agent.batch_size,
+                    horizon,
+                    model.history_length,
+                    model.memory_capacity,
                 )
                 batch = batch.to(agent.device)
             except ValueError:

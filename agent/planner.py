@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from world_model.memory.episodic import MemoryInputs
 from world_model.model import LatentState, WorldModel
 
 __all__ = [
@@ -170,11 +171,29 @@ class Planner:
         self.discount = discount
         self._prev_mean: Tensor | None = None  # [H, A], the last plan
         self._history: list[Tensor] = []  # this episode's observations before the current one
+        # this episode's transitions (obs, action, next obs), oldest first, for an episodic
+        # memory; `_pending` is the last plan's (obs, action), completed by the next obs
+        self._transitions: list[tuple[Tensor, Tensor, Tensor]] = []
+        self._pending: tuple[Tensor, Tensor] | None = None
         self.last_info: dict[str, float] = {}
 
     def reset(self) -> None:
         self._prev_mean = None
         self._history = []
+        self._transitions = []
+        self._pending = None
+
+    def _record(self, obs: Tensor, capacity: int) -> None:
+        """The observation after the last plan's action completes a transition of this
+        episode (kept: the last `capacity`)."""
+        if self._pending is not None:
+            self._transitions = [*self._transitions, (*self._pending, obs.clone())][-capacity:]
+        self._pending = None
+
+    def _memory_rows(self) -> tuple[Tensor, Tensor, Tensor] | None:
+        if not self._transitions:
+            return None
+        return tuple(torch.stack(x) for x in zip(*self._transitions, strict=True))
 
     def _history_inputs(self, w: int, like: Tensor) -> tuple[Tensor, Tensor]:
         """The last w observations of this episode for the dynamics' context ([w, 1, O] oldest
@@ -188,15 +207,21 @@ class Planner:
         return obs, mask
 
     def state_dict(self) -> dict:
+        pending = self._pending
         return {
             "prev_mean": None if self._prev_mean is None else self._prev_mean.cpu().clone(),
             "history": [h.cpu().clone() for h in self._history],
+            "transitions": [[t.cpu().clone() for t in x] for x in self._transitions],
+            "pending": None if pending is None else [t.cpu().clone() for t in pending],
         }
 
     def load_state_dict(self, state: dict) -> None:
         prev = state.get("prev_mean")
         self._prev_mean = None if prev is None else prev.clone()
         self._history = [h.clone() for h in state.get("history", [])]
+        self._transitions = [tuple(t.clone() for t in x) for x in state.get("transitions", [])]
+        pending = state.get("pending")
+        self._pending = None if pending is None else tuple(t.clone() for t in pending)
 
     def plan(
         self, model: WorldModel, obs: Tensor, *, explore: bool, generator: torch.Generator
@@ -215,16 +240,51 @@ def _context(model: WorldModel, planners: Sequence[Planner], obs: Tensor, root, 
     built for the rows themselves, so that every row reads its own environment's context."""
     w = getattr(model, "history_length", 0)
     single = len(planners) == 1
+    memory = _memory(model, planners, obs, 1 if single else n)
+    extra = {} if memory is None else {"memory": memory}  # only a model that reads one
     if w <= 0:
-        return model.context(root if single else rows)
+        return model.context(root if single else rows, **extra)
     inputs = [p._history_inputs(w, obs[i : i + 1]) for i, p in enumerate(planners)]
     history = torch.cat([h for h, _ in inputs], dim=1)  # [w, E, O]
     mask = torch.cat([m for _, m in inputs], dim=1)  # [w, E]
     for i, planner in enumerate(planners):
         planner._history = [*planner._history, obs[i].clone()][-w:]
     if single:
-        return model.context(root, history, mask)
-    return model.context(rows, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1))
+        return model.context(root, history, mask, **extra)
+    return model.context(
+        rows, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1), **extra
+    )
+
+
+def _memory(model: WorldModel, planners: Sequence[Planner], obs: Tensor, n: int):
+    """Each environment's episodic memory (its planner's transitions, the newest completed by
+    obs) as MemoryInputs for E x n rollout rows (n rows per environment), or None when the
+    model reads no memory or no environment holds a transition yet."""
+    capacity = getattr(model, "memory_capacity", 0)
+    if capacity <= 0:
+        return None
+    for i, planner in enumerate(planners):
+        planner._record(obs[i], capacity)
+    held = [p._memory_rows() for p in planners]
+    if all(h is None for h in held):
+        return None
+    rows = [torch.cat(x) for x in zip(*(h for h in held if h is not None), strict=True)]
+    index = torch.zeros(capacity, len(planners), dtype=torch.long)
+    mask = torch.zeros(capacity, len(planners), dtype=torch.bool)
+    offset = 0
+    for i, h in enumerate(held):  # newest last, padded in front, like the buffer's
+        if h is None:
+            continue
+        k = h[0].shape[0]
+        index[capacity - k :, i] = torch.arange(offset, offset + k)
+        mask[capacity - k :, i] = True
+        offset += k
+    device = obs.device
+    return MemoryInputs(
+        *(r.to(device=device, dtype=obs.dtype) for r in rows),
+        index=index.repeat_interleave(n, 1).to(device),
+        mask=mask.repeat_interleave(n, 1).to(device),
+    )
 
 
 def _randn(generator: torch.Generator, shape: tuple[int, ...], like: Tensor) -> Tensor:
@@ -304,7 +364,8 @@ def plan_batch(
         action = elite_actions[0, i, choice[0]]  # [A]
         if explore:
             action = action + std[0, i] * _randn(g, (a_dim,), action)
-        chosen[i] = action
+        chosen[i] = action.clamp(-1, 1)
+        planner._pending = (obs[i].clone(), chosen[i].clone())  # the env's next obs completes it
         planner._prev_mean = mean[:, i]
         planner.last_info = {
             "elite_value": float(elite_values[i].mean()),

@@ -50,10 +50,13 @@ ALIASES = {
     "logdir": "train.logdir",
     "device": "train.device",
     "attention": "dynamics.head.kernel",
+    "memory": "dynamics.context.memory",
+    "memory_capacity": "dynamics.context.memory_capacity",
 }
-ALIAS_TYPES = {"steps": int, "seed": int}
+ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int}
 METAVARS = {"env": "ENV_ID", "world_model": "NAME", "steps": "N", "seed": "S", "logdir": "DIR",
-            "device": "DEVICE", "attention": "KERNEL"}  # fmt: skip
+            "device": "DEVICE", "attention": "KERNEL", "memory": "OPERATOR",
+            "memory_capacity": "C"}  # fmt: skip
 
 
 def _world_model_of(argv: list[str]) -> str | None:
@@ -130,7 +133,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
     if args.resume is not None:
-        fixed = ("env", "world_model", "seed", "logdir", "config", "attention")
+        fixed = ("env", "world_model", "seed", "logdir", "config", "attention", "memory")
+        fixed += ("memory_capacity",)
         given = [f"--{f.replace('_', '-')}" for f in fixed if getattr(args, f) is not None]
         given += [f"--{section}.*" for section in config_overrides(args)]
         if given:

@@ -175,9 +175,11 @@ class Dynamics(nn.Module):
     - `context(state, **inputs) -> Any`: built once per `plan()` (from the root state, batch 1)
       and once per training batch (from s_0, batch B); passed to every `next` of that rollout.
       `next` must accept a context built from a batch of 1 with any batch size. Default None.
-      Two optional inputs, passed only to a dynamics that asks for them:
+      Optional inputs, passed only to a dynamics that asks for them:
       `history_length > 0`: `history` (the encoded states of the last W observations before the
       root in its episode, [B, W], oldest first) and `history_mask` [B, W];
+      `memory_capacity > 0`: `memory` (the root's episode's last C transitions as raw
+      (obs, action, next_obs), world_model.memory.episodic.MemoryInputs);
       `uses_value_gradient`: `value_fn` (state -> V(state) [B, 1], the agent's current value
       estimate, for dynamics that differentiate it, e.g. a chiral projector).
     - `on_transition(transition)`: called on every env transition (memory, prototypes); no-op.
@@ -198,6 +200,7 @@ class Dynamics(nn.Module):
     state_type: type[LatentState] = LatentState
     feature_dim: int
     history_length: int = 0  # W: recent observations the context reads (see context)
+    memory_capacity: int = 0  # C: transitions before the root an episodic memory reads
     uses_value_gradient: bool = False  # context receives value_fn (see context)
     exact_observation: bool = False  # observation() inverts encode: no learned decoder
 
@@ -428,13 +431,18 @@ class WorldModel(nn.Module):
         state: LatentState,
         history_obs: Tensor | None = None,
         history_mask: Tensor | None = None,
+        memory: Any = None,
     ) -> Any:
         """The dynamics' context for rollouts from `state` [B]. history_obs [W, B, O] (oldest
         first) and history_mask [W, B] are the observations before the root in its episode;
-        they are encoded here and passed on only to a dynamics with history_length > 0, and
-        value_fn only to one with uses_value_gradient."""
+        they are encoded here and passed on only to a dynamics with history_length > 0, `memory`
+        (the episode's transitions before the root, world_model.memory.episodic.MemoryInputs)
+        only to one with memory_capacity > 0, and value_fn only to one with
+        uses_value_gradient."""
         dyn = self.dynamics
         inputs: dict[str, Any] = {}
+        if dyn.memory_capacity > 0 and memory is not None:
+            inputs["memory"] = memory
         if dyn.history_length > 0 and history_obs is not None:
             w, b = history_obs.shape[:2]
             encoded = dyn.encode(history_obs.flatten(0, 1))  # [W * B]
@@ -456,6 +464,11 @@ class WorldModel(nn.Module):
     def history_length(self) -> int:
         """W, the observations before a root that the dynamics' context reads."""
         return self.dynamics.history_length
+
+    @property
+    def memory_capacity(self) -> int:
+        """C, the transitions before a root that the dynamics' episodic memory reads (0: none)."""
+        return self.dynamics.memory_capacity
 
     def value(self, state: LatentState) -> Tensor:
         """V(s) = mean_q Q_q(s, mean action of pi(s)): the value estimate handed to dynamics that

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from world_model.memory.episodic import MemoryInputs
 from world_model.twohot import soft_cross_entropy, symexp, symlog, two_hot, two_hot_inv
 
 if TYPE_CHECKING:
@@ -69,7 +70,9 @@ class SequenceBatch:
     truncated [H, B, 1] (float 0/1; informational: truncation bootstraps like any other step);
     optional history_obs [W, B, O] (oldest first) and history_mask [W, B] (bool): the W
     observations before obs[0] in the same episode, for dynamics whose context reads the recent
-    trajectory (Dynamics.history_length); steps before the episode's start are masked out.
+    trajectory (Dynamics.history_length); steps before the episode's start are masked out;
+    optional memory: the transitions before obs[0] in the same episode (at most
+    Dynamics.memory_capacity, world_model.memory.episodic.MemoryInputs), for an episodic memory.
     """
 
     obs: Tensor
@@ -79,6 +82,7 @@ class SequenceBatch:
     truncated: Tensor
     history_obs: Tensor | None = None
     history_mask: Tensor | None = None
+    memory: MemoryInputs | None = None
 
     def __post_init__(self):
         h1, b = self.obs.shape[:2]
@@ -198,7 +202,7 @@ def world_model_loss(
         target_next = target_next.unflatten((horizon, batch_size))  # [H, B]
 
     state = model.encode(batch.obs[0])  # [B]
-    context = model.context(state, batch.history_obs, batch.history_mask)
+    context = model.context(state, batch.history_obs, batch.history_mask, batch.memory)
     states = [state]
     consistency = batch.obs.new_zeros(())
     for t in range(horizon):

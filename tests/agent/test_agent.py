@@ -226,6 +226,32 @@ def test_stop_and_resume_equals_an_uninterrupted_run(tmp_path):
     resumed.close()
 
 
+@pytest.mark.slow
+def test_stop_and_resume_with_an_episodic_memory_equals_an_uninterrupted_run(tmp_path):
+    """The geodesic model reading an episodic memory (its entries from the buffer in training,
+    from the planner's transitions of the running episode when acting): stopped at an episode
+    end, checkpointed and resumed, it continues bit for bit, into the next episode's memory."""
+    config = tiny(train={"steps": 120, "checkpoint_every": 1000, "world_model": "geodesic"})
+    config["dynamics"] = {"latent_dim": 4, "encoder_dim": 16, "context": {"memory": "fp"}}
+
+    def make() -> Agent:
+        return Agent(None, RunConfig.from_dict(config))
+
+    full = Trainer(make(), tmp_path / "full")
+    assert full.run(120) == "done"
+    part = Trainer(make(), tmp_path / "part")
+    assert part.run(120, stop_at_episode_end_after=60) == "stopped"
+    held = load_checkpoint(tmp_path / "part" / CHECKPOINT_NAME)["agent"]
+    assert held["counters"]["num_timesteps"] == 100
+    resumed = Agent.resume(tmp_path / "part")
+    assert resumed.run(120) == "done"
+    assert_same_state(full.agent.state_dict(), resumed.agent.state_dict())
+    assert len(full.agent.planner._transitions) == 19  # 20 steps into episode 3
+    assert float(full.agent.model.dynamics.integrator.memory.gate.detach()) != 0.0  # learned
+    full.close()
+    resumed.close()
+
+
 def test_stop_mid_episode_closes_it_as_truncated(tmp_path):
     trainer = Trainer(make_agent(), tmp_path / "run")
     trainer.run(500, callback=lambda t: t.agent.num_timesteps < 75)  # 25 steps into episode 2

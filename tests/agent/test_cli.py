@@ -304,3 +304,28 @@ def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
     bad = run_cli("agent.train", "--config", str(good), "--steps", "10")  # GRU has no force
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "unknown key 'integrator' in [dynamics]" in bad.stderr
+
+
+@pytest.mark.parametrize("operator", ["dense", "fp", "l", "c"])
+def test_a_short_run_per_memory_operator_logs_the_memory(tmp_path, operator, capsys):
+    """`--world-model geodesic --memory OP --memory-capacity C`: the run trains with the
+    memory (its config saved, its gate learned) and logs the memory's scalars."""
+    config = tmp_path / "tiny.json"
+    data = tiny(train={"seed_steps": 30, "max_episode_steps": 25})
+    data["dynamics"] = {"latent_dim": 4, "encoder_dim": 16}
+    config.write_text(json.dumps(data))
+    argv = ["--world-model", "geodesic", "--memory", operator, "--memory-capacity", "16"]
+    argv += ["--steps", "45", "--logdir", str(tmp_path / "runs"), "--config", str(config)]
+    code, lines, _ = call_main(train_cli.main, argv, capsys)
+    assert code == 0, lines
+    (run,) = (tmp_path / "runs").iterdir()
+    saved = json.loads((run / "config.json").read_text())["dynamics"]["context"]
+    assert saved["memory"] == operator and saved["memory_capacity"] == 16
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0}).Reload()
+    tags = events.Tags()["scalars"]
+    for tag in ("memory_gate", "memory_entries", "memory_transitions", "memory_bytes"):
+        assert f"diagnostics/{tag}" in tags, tag
+    (entries,) = [v for _, v in scalars(events, "diagnostics/memory_entries")][-1:]
+    assert 0 < entries <= 16
+    (gate,) = [v for _, v in scalars(events, "diagnostics/memory_gate")][-1:]
+    assert gate != 0.0  # 15 updates moved it off its start

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from world_model.attention.covariant import CovariantAttentionConfig, HeadOptions
+from world_model.memory.episodic import MEMORY_OPERATORS
 from world_model.model import ACTIVATIONS, DynamicsConfig
 
 __all__ = [
@@ -130,11 +131,25 @@ class ContextConfig:
     value_gradient: bool = True
     """feed grad_z V (the agent's value estimate at the rollout's root) to the chiral projector
     (seed 003 Def 285); False: no projector, no chiral gate"""
+    memory: str = "none"
+    """HIDA episodic memory (world_model/memory/episodic.py): the kick reads this episode's
+    empirical residual forces with the operator 'dense', 'fp', 'l' or 'c' (seed 000 M1-M4);
+    'none': no memory"""
+    memory_capacity: int = 64
+    """entries per memory: the last transitions of the episode before a rollout's root"""
+    memory_anchors: int = 16
+    """anchors of the 'l' operator, summaries of the 'c' operator"""
+    memory_eps: float = 1e-3
+    """the inverse-distance kernel's eps: W ∝ (d_H^2 + eps)^-1"""
 
     def __post_init__(self) -> None:
         where = "GeodesicConfig.context"
-        _at_least(where, self, ("prototypes", "feature_dim"), 1)
+        positive = ("prototypes", "feature_dim", "memory_capacity", "memory_anchors")
+        _at_least(where, self, positive, 1)
         _at_least(where, self, ("window",), 0)
+        _one_of(where, self, "memory", MEMORY_OPERATORS)
+        if not (math.isfinite(self.memory_eps) and self.memory_eps > 0):
+            raise ValueError(f"{where}.memory_eps must be > 0, got {self.memory_eps!r}")
         if not (math.isfinite(self.prototype_init_scale) and self.prototype_init_scale > 0):
             raise ValueError(f"{where}.prototype_init_scale must be > 0")
 

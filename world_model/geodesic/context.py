@@ -16,6 +16,7 @@ from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantAttention, PreparedContext
 
 if TYPE_CHECKING:
+    from world_model.memory.episodic import MemoryBank
     from world_model.memory.prototypes import PrototypePool
     from world_model.memory.window import TrajectoryWindow
 
@@ -39,6 +40,7 @@ class GeodesicContext:
     correction_parts: tuple[ContextBank, ...]
     value_grad: Tensor | None = None
     ou: tuple[Tensor, Tensor] | None = None  # (c1, c2) of the O step, once per rollout
+    memory: MemoryBank | None = None  # the episodic memory's entries (None: no memory read)
     _chiral: dict[int, tuple[Tensor, Tensor, Tensor]] = field(default_factory=dict, repr=False)
 
     def chiral_for(self, head: CovariantAttention) -> tuple[Tensor, Tensor, Tensor] | None:

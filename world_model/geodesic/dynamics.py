@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from geometry import poincare
+from world_model.memory.episodic import MemoryBank, MemoryInputs, empirical_residual
 from world_model.memory.prototypes import PrototypeConfig, PrototypePool
 from world_model.memory.window import TrajectoryWindow, state_features
 from world_model.model import Dynamics, LatentState, carried, mlp
@@ -85,6 +86,8 @@ class GeodesicDynamics(Dynamics):
         )
         self.window = TrajectoryWindow(d, banks.feature_dim, TEXTURE) if banks.window > 0 else None
         self.history_length = banks.window  # the agent hands the last `window` observations
+        # and the episode's last `memory_capacity` transitions, for the episodic memory
+        self.memory_capacity = banks.memory_capacity if banks.memory != "none" else 0
         self.uses_value_gradient = banks.value_gradient  # and its value estimate, for chirality
         # the identity encoder's latent (z, p) is the observation: decoded exactly, no head
         self.exact_observation = cfg.encoder == "identity"
@@ -116,15 +119,17 @@ class GeodesicDynamics(Dynamics):
         history_mask: Tensor | None = None,
         value_grad: Tensor | None = None,
         value_fn: Callable[[GeodesicState], Tensor] | None = None,
+        memory: MemoryInputs | None = None,
     ) -> GeodesicContext:
         """Banks for one rollout (context.build_context): prototypes (macro) plus, given
         `history` [B, W] (oldest first) with `history_mask` [B, W], the recent trajectory window
-        (texture). The chiral projector's direction comes from `value_grad` [B, d], or from
-        grad_z V at the root state when the agent passes its value estimate `value_fn` (seed 003
-        Def 285: n = P grad V); the direction is an input to the heads, computed once per rollout
-        and not trained through. A root of batch 1 (a plan's) gets its position terms computed
-        here, once, and stored in its carry (`state.carry`), shared by every sample it is
-        expanded to."""
+        (texture), and, given `memory` (a memory per sample, or one for a plan's root), the
+        episodic memory's entries (memory_bank). The chiral projector's direction comes from
+        `value_grad` [B, d], or from grad_z V at the root state when the agent passes its value
+        estimate `value_fn` (seed 003 Def 285: n = P grad V); the direction is an input to the
+        heads, computed once per rollout and not trained through. A root of batch 1 (a plan's)
+        gets its position terms computed here, once, and stored in its carry (`state.carry`),
+        shared by every sample it is expanded to."""
         if value_grad is None and value_fn is not None:
             value_grad = self._value_gradient(state, value_fn)
         context = build_context(
@@ -136,9 +141,29 @@ class GeodesicDynamics(Dynamics):
             history_mask,
             value_grad,
         )
+        if memory is not None and self.integrator.memory is not None:
+            context.memory = self.memory_bank(memory)
         if state.z.shape[0] == 1:  # a planning root: its kick once, shared by every sample
             state.carry = StepCarry(context, self.integrator.position_terms(state.z, context))
         return context
+
+    @torch.no_grad()
+    def memory_bank(self, memory: MemoryInputs) -> MemoryBank | None:
+        """The memory's entries from its raw transitions with the current encoder and kick
+        (world_model/memory/episodic.py): keys z_i = enc(o_i).z, values the empirical residuals
+        (p'_i - p_i) / h - F_kick(z_i, a_i), F_kick read from the prototypes' bank alone (no
+        window, no memory, no chiral gate). Each distinct transition is evaluated once; the
+        samples' entries index them. None when no sample holds an entry."""
+        if memory.obs.shape[0] == 0:
+            return None
+        state, after = self.encode(memory.obs), self.encode(memory.next_obs)
+        integ = self.integrator
+        bare = build_context(integ, self.prototypes, None)  # the kick without the memory
+        terms = integ.position_terms(state.z, bare)
+        kick = terms.force + integ.control_force(state.z, memory.action, terms.gain)
+        residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]
+        index = memory.index.transpose(0, 1)  # [B, C]
+        return MemoryBank(state.z[index], residual[index], memory.mask.transpose(0, 1))
 
     def _value_gradient(
         self, state: GeodesicState, value_fn: Callable[[GeodesicState], Tensor]

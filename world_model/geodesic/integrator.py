@@ -3,7 +3,8 @@ attention heads (seed 003 Def 287, docs/seed_map.md; the composition is
 geometry.langevin.baoab, with the substeps below passed in).
 
 - Kick (Prop 101): the kick head's force (-grad Phi of its scalar read-out, or a force field),
-  the known confining force and optional Gaussian wells (geometry.potentials), and the control
+  the known confining force and optional Gaussian wells (geometry.potentials), the episodic
+  memory's residual force when there is one (world_model/memory/episodic.py), and the control
   force. The position-only part is PositionTerms, carried from a step's closing kick to the next
   step's opening kick.
 - Drift (Prop 102): the exact geodesic flow with the drift head's velocity correction.
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 from geometry import langevin, poincare, potentials
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantAttention, CovariantQueries
+from world_model.memory.episodic import EpisodicMemory
 from world_model.memory.prototypes import ball_points_parameter
 from world_model.memory.window import position_features, state_features
 from world_model.model import mlp
@@ -78,6 +80,12 @@ class GeodesicCrossAttention(nn.Module):
             self.well_depths = nn.Parameter(torch.zeros(k))
             self.well_widths_raw = nn.Parameter(torch.full((k,), math.log(step.well_width)))
         self.friction_raw = nn.Parameter(torch.tensor(float(step.friction)))
+        banks = cfg.context
+        self.memory = (  # the episodic memory's read-out: one more kick force
+            EpisodicMemory(banks.memory, d, banks.memory_eps, banks.memory_anchors)
+            if banks.memory != "none"
+            else None
+        )
         self.thermostat_head = (
             CovariantAttention(cfg.head_config(query_features=2 * d, query_level=MACRO))
             if step.learned_thermostat
@@ -174,6 +182,8 @@ class GeodesicCrossAttention(nn.Module):
         force = force + self.confinement * potentials.confining_force(z)
         if self.config.integrator.potential_wells > 0:
             force = force + self.wells(z)[1]
+        if self.memory is not None and context.memory is not None:
+            force = force + self.memory(z, context.memory)  # non-conservative (episodic.py)
         return force, lines
 
     def wells(self, z: Tensor) -> tuple[Tensor, Tensor]:

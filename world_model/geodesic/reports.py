@@ -96,8 +96,21 @@ def diagnostics(
     """Scalars for TensorBoard (`diagnostics/...`): node67_gauge_invariance (and its value
     relative to the largest score), node68_metric_temperature, node69_chirality_violation
     and node69_degenerate_fraction, node70_texture_leakage (see node_reports), friction,
-    confinement, chirality strength, the largest |z|; histograms of |z| and tau(z)."""
-    return report_scalars(dyn, *node_reports(dyn, batch, value_fn, max_states))
+    confinement, chirality strength, the largest |z|; histograms of |z| and tau(z); with an
+    episodic memory its gate and, from the batch's memories, memory_entries (per sample),
+    memory_transitions (distinct), memory_bytes (their raw float32 storage) and
+    memory_residual_norm (the mean |f_hat| of the entries)."""
+    scalars, histograms = report_scalars(dyn, *node_reports(dyn, batch, value_fn, max_states))
+    memory = getattr(batch, "memory", None)
+    if dyn.integrator.memory is not None and memory is not None:
+        scalars["memory_entries"] = float(memory.mask.sum(0).float().mean())
+        scalars["memory_transitions"] = float(memory.obs.shape[0])
+        widths = memory.obs.shape[-1] + memory.next_obs.shape[-1] + memory.action.shape[-1]
+        scalars["memory_bytes"] = float(4 * memory.obs.shape[0] * widths)
+        bank = dyn.memory_bank(memory)
+        if bank is not None and bank.mask.any():
+            scalars["memory_residual_norm"] = float(bank.values.norm(dim=-1)[bank.mask].mean())
+    return scalars, histograms
 
 
 def report_scalars(
@@ -115,6 +128,8 @@ def report_scalars(
     scalars["friction"] = float(integ.friction.detach())
     scalars["confinement"] = float(integ.confinement.detach())
     scalars["chirality_strength"] = float(integ.kick_head.chirality_strength.detach())
+    if integ.memory is not None:
+        scalars["memory_gate"] = float(integ.memory.gate.detach())
     norms = state.z.norm(dim=-1)
     scalars["z_norm_max"] = float(norms.max())
     tau = poincare.metric_temperature(state.z, dyn.config.head.d_k).squeeze(-1)

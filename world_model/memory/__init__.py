@@ -4,6 +4,8 @@ modules of seed 000 §6-§11 (one job per file; import from the submodules).
 Context providers (used by world_model/geodesic/):
 - prototypes.py  the learned prototype pool of the BAOAB heads (macro level).
 - window.py      the recent trajectory window (texture level).
+- episodic.py    the HIDA episodic memory: this episode's empirical residual forces, read by
+                 the kick with a HIDA operator (M1-M4).
 
 GeoResolver memory modules (built and tested in tests/world_model/memory/, measured by
 benchmarks/memory_modules.py; not yet wired into the geodesic world model):

@@ -1,0 +1,223 @@
+"""world_model/memory/episodic.py and its plumbing: the buffer hands each sample exactly its
+episode's transitions before the start (causal), the read-out is the inverse-distance average
+of the residuals (against geoopt's distance), the residual is what the model's kick leaves
+unexplained, the planner remembers its episode's executed transitions, and the config refuses
+unknown operators."""
+
+from __future__ import annotations
+
+import geoopt
+import pytest
+import torch
+
+from agent.buffer import ReplayBuffer
+from agent.planner import Planner, PlannerConfig, _memory
+from world_model.geodesic import GeodesicConfig, GeodesicDynamics
+from world_model.geodesic.config import ContextConfig
+from world_model.geodesic.context import build_context
+from world_model.memory.episodic import EpisodicMemory, MemoryBank, MemoryInputs
+from world_model.model import WorldModel, WorldModelConfig
+
+LENGTHS = (7, 3, 12, 5, 9, 6)
+
+
+def _fill(buffer: ReplayBuffer) -> None:
+    """obs = (global step, episode), next_obs = (step + 1, episode), action = step / 100."""
+    step = 0
+    for e, length in enumerate(LENGTHS):
+        for t in range(length):
+            end = t == length - 1
+            buffer.add([step, e], [step / 100], 0.0, [step + 1, e], False, end)
+            step += 1
+
+
+def _first_step_of(step: int) -> int:
+    first = 0
+    for length in LENGTHS:
+        if step < first + length:
+            return first
+        first += length
+    raise ValueError(step)
+
+
+@pytest.mark.parametrize("capacity", [1000, 30])
+def test_each_sample_holds_its_episodes_transitions_before_the_start(capacity):
+    buffer = ReplayBuffer(obs_dim=2, action_dim=1, capacity=capacity, seed=3)
+    _fill(buffer)  # the ring of 30 has overwritten the oldest 12 steps
+    batch = buffer.sample(batch_size=300, horizon=2, memory=5)
+    mem = batch.memory
+    assert mem.index.shape == mem.mask.shape == (5, 300)
+    # every distinct transition is stored once
+    assert torch.unique(mem.obs[:, 0]).numel() == mem.obs.shape[0]
+    start = batch.obs[0, :, 0]
+    oldest = sum(LENGTHS) - len(buffer)
+    for k in range(5):  # k = 0 is the oldest entry, 5 steps back
+        back = 5 - k
+        first = torch.tensor([_first_step_of(int(s)) for s in start])
+        expected = (start - back >= first) & (start - back >= oldest)
+        assert torch.equal(mem.mask[k], expected)
+        rows = mem.index[k][expected]
+        assert torch.equal(mem.obs[rows, 0], start[expected] - back)
+        assert torch.equal(mem.obs[rows, 1], batch.obs[0, expected, 1])  # the same episode
+        assert torch.allclose(mem.action[rows, 0], (start[expected] - back) / 100)
+        # causal: an entry's next observation is at most the start's observation
+        assert (mem.next_obs[rows, 0] <= start[expected]).all()
+    assert mem.mask.any() and not mem.mask.all()
+
+
+def test_sampling_with_a_memory_draws_the_same_sub_trajectories():
+    """The memory adds inputs without touching the sampling stream (a run without memory
+    trains as before)."""
+    a, b = (ReplayBuffer(obs_dim=2, action_dim=1, capacity=100, seed=4) for _ in range(2))
+    _fill(a)
+    _fill(b)
+    plain, with_memory = a.sample(64, 2), b.sample(64, 2, memory=8)
+    assert torch.equal(plain.obs, with_memory.obs) and plain.memory is None
+
+
+@pytest.mark.parametrize("operator", ["dense", "fp", "l", "c"])
+def test_read_out_is_finite_and_zero_without_entries(operator):
+    torch.manual_seed(0)
+    memory = EpisodicMemory(operator, dim=4)
+    with torch.no_grad():
+        memory.gate.fill_(1.0)
+    z = (0.3 * torch.randn(3, 4)).requires_grad_(True)
+    keys = geoopt.PoincareBall().expmap0(0.5 * torch.randn(3, 10, 4))
+    values = torch.randn(3, 10, 4)
+    mask = torch.ones(3, 10, dtype=torch.bool)
+    mask[1] = False  # a sample whose episode has just begun
+    mask[2, :7] = False
+    out = memory(z, MemoryBank(keys, values, mask))
+    assert out.shape == (3, 4) and torch.isfinite(out).all()
+    assert (out[1] == 0).all()
+    out.square().sum().backward()
+    assert torch.isfinite(z.grad).all()
+
+
+def test_dense_read_out_is_the_inverse_distance_average_of_the_residuals():
+    torch.manual_seed(1)
+    ball = geoopt.PoincareBall()
+    memory = EpisodicMemory("dense", dim=3, eps=1e-3)
+    with torch.no_grad():
+        memory.gate.fill_(0.7)
+    z = ball.expmap0(0.4 * torch.randn(2, 3, dtype=torch.float64))
+    keys = ball.expmap0(0.6 * torch.randn(2, 6, 3, dtype=torch.float64))
+    values = torch.randn(2, 6, 3, dtype=torch.float64)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[0, :2] = False
+    memory = memory.double()
+    out = memory(z, MemoryBank(keys, values, mask))
+    for b in range(2):
+        w = 1.0 / (ball.dist(z[b : b + 1], keys[b]).square() + 1e-3) * mask[b]
+        expected = 0.7 * (w[:, None] * values[b]).sum(0) / w.sum()
+        torch.testing.assert_close(out[b], expected, rtol=1e-6, atol=1e-9)  # eps moves it ~1e-3
+    # a plan's root bank (batch 1) is shared by every sample
+    shared = memory(z, MemoryBank(keys[:1], values[:1], mask[:1]))
+    first = MemoryBank(keys[:1], values[:1], mask[:1])
+    torch.testing.assert_close(shared[1], memory(z[1:], first)[0])
+
+
+def _identity_dynamics(memory: str = "dense") -> GeodesicDynamics:
+    torch.manual_seed(2)
+    cfg = GeodesicConfig(
+        latent_dim=4,
+        encoder="identity",
+        context=ContextConfig(prototypes=8, feature_dim=8, window=0, memory=memory),
+    )
+    dyn = GeodesicDynamics(obs_dim=8, action_dim=2, config=cfg)
+    with torch.no_grad():  # a kick head that is not zero, and a state-dependent control gain
+        dyn.integrator.kick_head.w_o.weight.normal_(0.0, 0.5)
+        if dyn.integrator.control_mlp is not None:
+            dyn.integrator.control_mlp[-1].weight.normal_(0.0, 0.5)
+    return dyn
+
+
+def test_residual_is_the_momentum_change_the_models_kick_does_not_explain():
+    """Transitions whose momentum changes by h (F_kick(z, a) + F0): the memory's values are F0,
+    at every sample's entries in order (identity encoder: the latent is the observation)."""
+    dyn = _identity_dynamics()
+    h = dyn.config.integrator.dt
+    ball = geoopt.PoincareBall()
+    z = ball.expmap0(0.5 * torch.randn(5, 4))
+    p, a = torch.randn(5, 4), torch.rand(5, 2) * 2 - 1
+    f0 = torch.randn(5, 4)
+    integ = dyn.integrator
+    with torch.no_grad():
+        terms = integ.position_terms(z, build_context(integ, dyn.prototypes, None))
+        kick = terms.force + integ.control_force(z, a, terms.gain)
+    inputs = MemoryInputs(
+        obs=torch.cat([z, p], -1),
+        action=a,
+        next_obs=torch.cat([z, p + h * (kick + f0)], -1),
+        index=torch.tensor([[0, 3], [1, 4], [2, 0]]),  # [C = 3, B = 2]
+        mask=torch.tensor([[True, False], [True, True], [True, True]]),
+    )
+    bank = dyn.memory_bank(inputs)
+    assert bank.keys.shape == bank.values.shape == (2, 3, 4)
+    torch.testing.assert_close(bank.values[0], f0[[0, 1, 2]], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bank.values[1, 1:], f0[[4, 0]], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(bank.keys[1, 1:], z[[4, 0]])
+    assert not bank.values.requires_grad  # data for the read-out, not a gradient path
+
+
+def test_the_memory_force_enters_the_kick_through_the_gate():
+    dyn = _identity_dynamics()
+    ball = geoopt.PoincareBall()
+    z = ball.expmap0(0.3 * torch.randn(2, 4))
+    bank = MemoryBank(
+        ball.expmap0(0.3 * torch.randn(2, 5, 4)), torch.randn(2, 5, 4), torch.ones(2, 5).bool()
+    )
+    context = build_context(dyn.integrator, dyn.prototypes, None)
+    with torch.no_grad():
+        without, _ = dyn.integrator.kick_force(z, context)
+        context.memory = bank
+        closed, _ = dyn.integrator.kick_force(z, context)  # gate 0 at the start
+        dyn.integrator.memory.gate.fill_(2.0)
+        opened, _ = dyn.integrator.kick_force(z, context)
+    torch.testing.assert_close(closed, without)
+    torch.testing.assert_close(opened - without, dyn.integrator.memory(z, bank))
+    assert (opened - without).abs().max() > 1e-3
+
+
+def test_planner_remembers_its_episodes_executed_transitions():
+    """Each plan call completes the previous call's (obs, action) with its observation; reset
+    starts a new episode; the last `capacity` are kept; two environments index their own."""
+    torch.manual_seed(3)
+    dyn = _identity_dynamics()
+    model = WorldModel(8, 2, dyn, WorldModelConfig(hidden_dim=16))
+    cfg = PlannerConfig(horizon=2, iterations=1, num_samples=16, num_elites=4, num_pi_trajs=2)
+    planners = [Planner(cfg, 2, 0.99) for _ in range(2)]
+    g = [torch.Generator().manual_seed(i) for i in range(2)]
+    observations, actions = [], []
+    for t in range(6):
+        obs = torch.cat([0.1 * torch.randn(1, 4), torch.randn(1, 4)], -1)
+        if t == 4:
+            planners[1].reset()  # env 1's episode ends here
+        observations.append(obs)
+        actions.append(planners[0].plan(model, obs, explore=True, generator=g[0]))
+        planners[1].plan(model, obs, explore=False, generator=g[1])
+    held = planners[0]._transitions
+    assert len(held) == 5
+    for t, (o, a, o2) in enumerate(held):
+        assert torch.equal(o, observations[t][0]) and torch.equal(o2, observations[t + 1][0])
+        assert torch.equal(a, actions[t])
+    assert len(planners[1]._transitions) == 1  # reset at t = 4: one transition since
+    now = torch.cat([0.1 * torch.randn(1, 4), torch.randn(1, 4)], -1)
+    inputs = _memory(model, planners, now.expand(2, -1), n=3)  # capacity 64, 3 rows per env
+    assert inputs.obs.shape[0] == 6 + 2  # the new obs completes each env's pending step
+    assert inputs.mask[:, :3].sum(0).tolist() == [6, 6, 6]
+    assert inputs.mask[:, 3:].sum(0).tolist() == [2, 2, 2]
+    rows = inputs.index[-1, 3][None]
+    assert torch.equal(inputs.next_obs[rows][0], now[0])
+    small = Planner(cfg, 2, 0.99)
+    for _ in range(5):
+        small._pending = (now[0], torch.zeros(2))
+        small._record(now[0], capacity=3)
+    assert len(small._transitions) == 3
+
+
+def test_unknown_memory_operator_is_a_clear_error():
+    with pytest.raises(ValueError, match="GeodesicConfig.context.memory must be one of"):
+        ContextConfig(memory="lstm")
+    with pytest.raises(ValueError, match="memory_capacity must be an integer >= 1"):
+        ContextConfig(memory="dense", memory_capacity=0)
