@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from world_model.model import ACTIVATIONS, Dynamics, DynamicsConfig, LatentState, mlp, simnorm
+from world_model.layers import ACTIVATIONS, mlp, simnorm
+from world_model.model import Dynamics, DynamicsConfig, LatentState
 
 __all__ = ["GRUConfig", "GRUState", "GRUDynamics"]
 

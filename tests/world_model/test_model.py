@@ -15,7 +15,8 @@ from torch.distributions import Normal, TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
 from world_model.gru import GRUConfig, GRUDynamics
-from world_model.model import EnsembleLinear, LatentState, WorldModel, WorldModelConfig, simnorm
+from world_model.layers import EnsembleLinear, simnorm
+from world_model.model import LatentState, WorldModel, WorldModelConfig
 from world_model.registry import (
     BUILTIN_DYNAMICS,
     build_dynamics,

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from world_model.attention.covariant import CovariantAttentionConfig, HeadOptions
+from world_model.layers import ACTIVATIONS
 from world_model.memory.episodic import MEMORY_OPERATORS
-from world_model.model import ACTIVATIONS, DynamicsConfig
+from world_model.model import DynamicsConfig
 
 __all__ = [
     "GeodesicConfig",

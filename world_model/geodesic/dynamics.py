@@ -14,10 +14,11 @@ import torch
 from torch import Tensor, nn
 
 from geometry import poincare
+from world_model.layers import mlp
 from world_model.memory.episodic import MemoryBank, MemoryInputs, empirical_residual
 from world_model.memory.prototypes import PrototypeConfig, PrototypePool
 from world_model.memory.window import TrajectoryWindow, state_features
-from world_model.model import Dynamics, LatentState, carried, mlp
+from world_model.model import Dynamics, LatentState, carried
 
 from . import reports
 from .config import TEXTURE, GeodesicConfig

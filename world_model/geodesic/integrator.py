@@ -22,10 +22,10 @@ from torch import Tensor, nn
 from geometry import langevin, poincare, potentials
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantAttention, CovariantQueries
+from world_model.layers import mlp
 from world_model.memory.episodic import EpisodicMemory
 from world_model.memory.prototypes import ball_points_parameter
 from world_model.memory.window import position_features, state_features
-from world_model.model import mlp
 
 from .config import MACRO, TEXTURE, GeodesicConfig
 from .context import GeodesicContext

@@ -1,0 +1,232 @@
+"""Does the HIDA episodic memory make the world model better where experience matters?
+
+PoincareDiskRandom-v0 (envs/poincare_disk_random.py) redraws its four wells at every reset, so an
+episode's forces can be known only from what that episode has shown. Geodesic world models
+(world_model_disk.py's: identity encoder, so the latent is the observed (z, p), the exact
+geodesic drift, learned wells) are trained identically on the same noisy episodes, each with its
+own landscape, with and without the episodic memory (`--memory`, world_model/memory/episodic.py:
+the kick reads the episode's empirical residual forces by inverse distance). Scored, on held-out
+episodes with their own landscapes: the noise-free 50-step open-loop error from the state after
+100 steps of the episode, the memory holding those 100 noisy transitions (what an agent would
+have seen). Beside them, as a floor, the error of predicting no motion at all. Normalised RMS
+over the 4 observation coordinates, mean over steps 1..50 and at step 50, per seed and mean ±
+standard error over seeds.
+
+    python benchmarks/memory_disk.py                 # 3 seeds, dense and fp memory (~15 min)
+    python benchmarks/memory_disk.py --seeds 1 --updates 100 --memories dense   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import geoopt
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from envs.poincare_disk import make_config, sample_start, simulate  # noqa: E402
+from envs.poincare_disk_random import draw_landscape  # noqa: E402
+from world_model.geodesic import (  # noqa: E402
+    ContextConfig,
+    GeodesicConfig,
+    GeodesicDynamics,
+    GeodesicHeadOptions,
+    IntegratorConfig,
+)
+from world_model.memory.episodic import MemoryInputs  # noqa: E402
+from world_model.model import WorldModel, WorldModelConfig  # noqa: E402
+
+WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
+TEST = 50  # open-loop steps scored
+
+
+def smooth_actions(n: int, steps: int, gen: torch.Generator) -> torch.Tensor:
+    """Correlated random actions in [-1, 1]: a_t = clip(0.8 a_{t-1} + 0.5 xi). [n, steps, 2]"""
+    a = torch.zeros(n, 2, dtype=torch.float64)
+    out = []
+    for _ in range(steps):
+        a = (0.8 * a + 0.5 * torch.randn(n, 2, generator=gen, dtype=torch.float64)).clamp(-1, 1)
+        out.append(a)
+    return torch.stack(out, dim=1)
+
+
+def episodes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """n noisy episodes of WARM + TEST steps, each on its own landscape: obs [n, L + 1, 4],
+    actions [n, L, 2] (float32) and the configs."""
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(seed)
+    base = make_config("default")
+    obs, acts, configs = [], [], []
+    for _ in range(n):
+        cfg = dataclasses.replace(base, **draw_landscape(rng, base.dim))
+        z0, p0 = sample_start(1, cfg, gen)
+        a = smooth_actions(1, WARM + TEST, gen)
+        z, p = simulate(z0, p0, a, cfg, noise=True, generator=gen)
+        obs.append(torch.cat([z, p], -1)[0].float())
+        acts.append(a[0].float())
+        configs.append(cfg)
+    return torch.stack(obs), torch.stack(acts), configs
+
+
+def build(memory: str, capacity: int = WARM) -> WorldModel:
+    dt = make_config("default").dt
+    dyn = GeodesicDynamics(
+        4,
+        2,
+        GeodesicConfig(
+            latent_dim=2,
+            encoder="identity",
+            head=GeodesicHeadOptions(d_k=8, kernel="softmax"),
+            integrator=IntegratorConfig(dt=dt, drift_correction=False, potential_wells=32),
+            context=ContextConfig(
+                prototypes=64, feature_dim=16, memory=memory, memory_capacity=capacity
+            ),
+        ),
+    )
+    return WorldModel(4, 2, dyn, WorldModelConfig(hidden_dim=64, hidden_layers=1))
+
+
+def memory_inputs(obs: torch.Tensor, acts: torch.Tensor, rows, starts, capacity: int):
+    """Each sample's memory: the `capacity` transitions of its episode before its start."""
+    b = len(rows)
+    k = starts[:, None] - capacity + torch.arange(capacity)  # [B, C] time of each entry
+    valid = k >= 0
+    k = k.clamp_min(0)
+    r = rows[:, None].expand(-1, capacity)
+    return MemoryInputs(
+        obs=obs[r, k].flatten(0, 1),
+        action=acts[r, k].flatten(0, 1),
+        next_obs=obs[r, k + 1].flatten(0, 1),
+        index=torch.arange(b * capacity).view(b, capacity).T.contiguous(),
+        mask=valid.T.contiguous(),
+    )
+
+
+def train(model, obs, acts, std, updates, batch, horizon, seed, lr=1e-2) -> float:
+    """world_model_disk.py's losses (latent consistency x 20 + decoded error over the horizon),
+    the memory built for every sampled start. Returns the median seconds per update."""
+    torch.manual_seed(seed)
+    params = [p for g in model.model_parameter_groups().values() for p in g]
+    opt = geoopt.optim.RiemannianAdam(params, lr=lr)
+    capacity = model.memory_capacity
+    n, length = acts.shape[:2]
+    times = []
+    for step in range(updates):
+        rows = torch.randint(0, n, (batch,))
+        starts = torch.randint(0, length - horizon + 1, (batch,))
+        idx = starts[:, None] + torch.arange(horizon + 1)
+        o, a = obs[rows[:, None], idx], acts[rows[:, None], idx[:, :-1]]
+        begin = time.perf_counter()
+        memory = memory_inputs(obs, acts, rows, starts, capacity) if capacity else None
+        with torch.no_grad():
+            targets = model.encode(o[:, 1:].flatten(0, 1), target=True).unflatten((batch, horizon))
+        state = model.encode(o[:, 0])
+        ctx = model.context(state, memory=memory)
+        decode, consistency = 0.0, 0.0
+        for t in range(horizon):
+            state = model.next(state, a[:, t], ctx, stochastic=True)
+            target = targets.map(lambda x, t=t: x[:, t])
+            consistency = consistency + model.consistency_loss(state, target).mean()
+            decode = decode + ((model.decode(state) - o[:, t + 1]) / std).square().mean()
+        loss = (20.0 * consistency + decode) / horizon
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 10.0)
+        opt.step()
+        model.update_targets(q_tau=0.01, encoder_tau=0.01)
+        times.append(time.perf_counter() - begin)
+        for g in opt.param_groups:  # cosine decay
+            g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * (step + 1) / updates))
+    return float(np.median(times))
+
+
+def truth(obs, acts, configs) -> torch.Tensor:
+    """The noise-free continuation from the state at WARM under the same actions [n, T + 1, 4]."""
+    out = []
+    for i, cfg in enumerate(configs):
+        s = obs[i, WARM].double()
+        z, p = simulate(s[None, :2], s[None, 2:], acts[i : i + 1, WARM:].double(), cfg, noise=False)
+        out.append(torch.cat([z, p], -1)[0].float())
+    return torch.stack(out)
+
+
+@torch.no_grad()
+def open_loop(model, obs, acts, true, std) -> dict[str, float]:
+    model.eval()
+    n = obs.shape[0]
+    capacity = model.memory_capacity
+    memory = None
+    if capacity:
+        memory = memory_inputs(obs, acts, torch.arange(n), torch.full((n,), WARM), capacity)
+    state = model.encode(true[:, 0])
+    ctx = model.context(state, memory=memory)
+    pred = [model.decode(state)]
+    for t in range(TEST):
+        state = model.next(state, acts[:, WARM + t], ctx, stochastic=False)
+        pred.append(model.decode(state))
+    return _score(torch.stack(pred, 1), true, std)
+
+
+def _score(pred, true, std) -> dict[str, float]:
+    err = ((pred - true) / std).square().mean(-1).sqrt()  # [n, T + 1]
+    return {"mean": float(err[:, 1:].mean()), "final": float(err[:, -1].mean())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--memories", nargs="+", default=["none", "dense", "fp"])
+    parser.add_argument("--episodes", type=int, default=64, help="training episodes")
+    parser.add_argument("--test-episodes", type=int, default=64)
+    parser.add_argument("--updates", type=int, default=400)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--horizon", type=int, default=16, help="training rollout horizon")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    results: dict[str, list[dict]] = {}
+    for seed in args.seeds:
+        obs, acts, _ = episodes(args.episodes, seed)
+        t_obs, t_acts, t_cfgs = episodes(args.test_episodes, 10_000 + seed)
+        std = obs.flatten(0, 1).std(0).clamp_min(1e-3)
+        true = truth(t_obs, t_acts, t_cfgs)
+        still = true[:, :1].expand_as(true)
+        results.setdefault("no motion (floor)", []).append(_score(still, true, std))
+        for memory in args.memories:
+            torch.manual_seed(seed)
+            model = build(memory)
+            sec = train(model, obs, acts, std, args.updates, args.batch, args.horizon, seed)
+            score = open_loop(model, t_obs, t_acts, true, std)
+            gate = model.dynamics.integrator.memory
+            score["update_ms"] = 1e3 * sec
+            score["gate"] = float(gate.gate) if gate is not None else float("nan")
+            results.setdefault(f"memory {memory}", []).append(score)
+            print(f"seed {seed} memory {memory}: {score}", flush=True)
+    print(
+        f"\nPoincareDiskRandom-v0, seeds {args.seeds}: noise-free {TEST}-step open-loop error "
+        f"after {WARM} steps (normalised RMS; mean ± s.e. over seeds)\n"
+    )
+    print("| model | mean error 1..50 | error at 50 | per seed (mean) | update ms |")
+    print("|---|---:|---:|---|---:|")
+    for name, rows in results.items():
+        cells = []
+        for key in ("mean", "final"):
+            vals = [r[key] for r in rows]
+            se = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")
+            cells.append(f"{statistics.mean(vals):.4f} ± {se:.4f}")
+        per = ", ".join(f"{r['mean']:.4f}" for r in rows)
+        timed = "update_ms" in rows[0]
+        ms = f"{statistics.mean(r['update_ms'] for r in rows):.0f}" if timed else ""
+        print(f"| {name} | {cells[0]} | {cells[1]} | {per} | {ms} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
