@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             score = open_loop(model, t_obs, t_acts, true, std)
             gate = model.dynamics.integrator.memory
             score["update_ms"] = 1e3 * sec
-            score["gate"] = float(gate.gate) if gate is not None else float("nan")
+            score["gate"] = float(gate.gate.detach()) if gate is not None else float("nan")
             results.setdefault(f"memory {memory}", []).append(score)
             print(f"seed {seed} memory {memory}: {score}", flush=True)
     print(
