@@ -32,6 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from world_model_disk import smooth_actions  # noqa: E402  (this folder: the same actions)
+
 from envs.poincare_disk import make_config, sample_start, simulate  # noqa: E402
 from envs.poincare_disk_random import draw_landscape  # noqa: E402
 from world_model.geodesic import (  # noqa: E402
@@ -48,16 +50,6 @@ WARM = 100  # steps of the episode before the open-loop test (the memory holds t
 TEST = 50  # open-loop steps scored
 
 
-def smooth_actions(n: int, steps: int, gen: torch.Generator) -> torch.Tensor:
-    """Correlated random actions in [-1, 1]: a_t = clip(0.8 a_{t-1} + 0.5 xi). [n, steps, 2]"""
-    a = torch.zeros(n, 2, dtype=torch.float64)
-    out = []
-    for _ in range(steps):
-        a = (0.8 * a + 0.5 * torch.randn(n, 2, generator=gen, dtype=torch.float64)).clamp(-1, 1)
-        out.append(a)
-    return torch.stack(out, dim=1)
-
-
 def episodes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
     """n noisy episodes of WARM + TEST steps, each on its own landscape: obs [n, L + 1, 4],
     actions [n, L, 2] (float32) and the configs."""
@@ -68,7 +60,7 @@ def episodes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
     for _ in range(n):
         cfg = dataclasses.replace(base, **draw_landscape(rng, base.dim))
         z0, p0 = sample_start(1, cfg, gen)
-        a = smooth_actions(1, WARM + TEST, gen)
+        a = smooth_actions(1, WARM + TEST, base.dim, gen)
         z, p = simulate(z0, p0, a, cfg, noise=True, generator=gen)
         obs.append(torch.cat([z, p], -1)[0].float())
         acts.append(a[0].float())
