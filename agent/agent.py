@@ -44,6 +44,7 @@ from world_model.model import Transition, WorldModel
 from world_model.registry import build_dynamics
 from world_model.training import (
     RunningScale,
+    SequenceBatch,
     discount_for_episode_length,
     policy_loss,
     world_model_loss,
@@ -281,14 +282,19 @@ class Agent:
         self._update_debt -= n
         return n
 
+    def sample_batch(self, batch_size: int, horizon: int) -> SequenceBatch:
+        """A replay batch with what the model's context reads (its history window and episodic
+        memory), on the agent's device."""
+        model = self.model
+        return self.buffer.sample(
+            batch_size, horizon, model.history_length, model.memory_capacity
+        ).to(self.device)
+
     def update(self) -> dict[str, torch.Tensor]:
         """One gradient step of the world model, then of the policy prior; EMA targets."""
         start = time.perf_counter()
         ac, lc = self.config.agent, self.config.loss
-        model = self.model
-        batch = self.buffer.sample(
-            ac.batch_size, lc.horizon, model.history_length, model.memory_capacity
-        ).to(self.device)
+        batch = self.sample_batch(ac.batch_size, lc.horizon)
         self.model.train()
         loss, metrics, states = world_model_loss(self.model, batch, self.discount, lc)
         self.optim.zero_grad(set_to_none=True)

@@ -72,10 +72,7 @@ def sample_batch(agent: Agent, states: int, horizon: int = 1) -> Any:
         return None
     saved, buffer.rng = buffer.rng, np.random.default_rng(agent.config.train.seed + 4)
     try:
-        model = agent.model
-        return buffer.sample(states, horizon, model.history_length, model.memory_capacity).to(
-            agent.device
-        )
+        return agent.sample_batch(states, horizon)
     finally:
         buffer.rng = saved
 

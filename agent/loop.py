@@ -223,14 +223,7 @@ class Trainer:
             saved = agent.buffer.rng
             agent.buffer.rng = np.random.default_rng(self.cfg.seed + 4)
             try:
-                model = agent.model
-                batch = agent.buffer.sample(
-                    agent.config.agent.batch_size,
-                    horizon,
-                    model.history_length,
-                    model.memory_capacity,
-                )
-                batch = batch.to(agent.device)
+                batch = agent.sample_batch(agent.config.agent.batch_size, horizon)
             except ValueError:
                 batch = None
             finally:

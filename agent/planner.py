@@ -371,4 +371,4 @@ def plan_batch(
             "elite_value": float(elite_values[i].mean()),
             "std": float(std[0, i].mean()),
         }
-    return chosen.clamp(-1, 1)
+    return chosen  # each row clamped to [-1, 1] above
