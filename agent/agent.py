@@ -40,7 +40,8 @@ from agent.policy import PlannerPolicy
 from agent.runs import CHECKPOINT_NAME, make_run_env
 from envs import env_info
 from envs.scaling import SpaceScaling, scale_spaces
-from world_model.model import Transition, WorldModel
+from world_model.memory.routing import clear_optimizer_rows
+from world_model.model import Dynamics, LatentState, Transition, WorldModel
 from world_model.registry import build_dynamics
 from world_model.training import (
     RunningScale,
@@ -302,6 +303,7 @@ class Agent:
         params = [p for g in self.optim.param_groups for p in g["params"]]
         metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, ac.grad_clip)
         self.optim.step()
+        self._genesis(batch, states)
 
         pi_loss, pi_metrics = policy_loss(self.model, states.detach(), self.scale, lc)
         self.pi_optim.zero_grad(set_to_none=True)
@@ -313,6 +315,19 @@ class Agent:
         self.timing["update_s"] += time.perf_counter() - start
         self.timing["updates"] += 1
         return {**metrics, **pi_metrics}
+
+    @torch.no_grad()
+    def _genesis(self, batch: SequenceBatch, states: LatentState) -> None:
+        """Hand the dynamics the batch's roots and their step-1 consistency errors (the loss's
+        prediction, the target encoder's target) for growing; clear the moments of rows it
+        rewrote."""
+        dynamics = self.model.dynamics
+        if type(dynamics).genesis is Dynamics.genesis:  # a dynamics that does not grow
+            return
+        target = self.model.encode(batch.obs[1], target=True)
+        errors = self.model.consistency_loss(states[1].detach(), target)  # [B]
+        for param, rows in dynamics.genesis(states[0].detach(), errors):
+            clear_optimizer_rows(self.optim, param, rows)
 
     def learn(
         self,

@@ -52,11 +52,15 @@ ALIASES = {
     "attention": "dynamics.head.kernel",
     "memory": "dynamics.context.memory",
     "memory_capacity": "dynamics.context.memory_capacity",
+    "routing": "dynamics.context.routing",
+    "pool_size": "dynamics.context.pool_capacity",
+    "route_k": "dynamics.context.route_k",
 }
-ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int}
+ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int, "pool_size": int, "route_k": int}
 METAVARS = {"env": "ENV_ID", "world_model": "NAME", "steps": "N", "seed": "S", "logdir": "DIR",
             "device": "DEVICE", "attention": "KERNEL", "memory": "OPERATOR",
-            "memory_capacity": "C"}  # fmt: skip
+            "memory_capacity": "C", "routing": "ROUTING", "pool_size": "P",
+            "route_k": "K"}  # fmt: skip
 
 
 def _world_model_of(argv: list[str]) -> str | None:
@@ -134,7 +138,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
     if args.resume is not None:
         fixed = ("env", "world_model", "seed", "logdir", "config", "attention", "memory")
-        fixed += ("memory_capacity",)
+        fixed += ("memory_capacity", "routing", "pool_size", "route_k")
         given = [f"--{f.replace('_', '-')}" for f in fixed if getattr(args, f) is not None]
         given += [f"--{section}.*" for section in config_overrides(args)]
         if given:

@@ -4,16 +4,24 @@ PoincareDiskRandom-v0 (envs/poincare_disk_random.py) redraws its four wells at e
 episode's forces can be known only from what that episode has shown. Geodesic world models
 (world_model_disk.py's: identity encoder, so the latent is the observed (z, p), the exact
 geodesic drift, learned wells) are trained identically on the same noisy episodes, each with its
-own landscape, with and without the episodic memory (`--memory`, world_model/memory/episodic.py:
-the kick reads the episode's empirical residual forces by inverse distance). Scored, on held-out
-episodes with their own landscapes: the noise-free 50-step open-loop error from the state after
-100 steps of the episode, the memory holding those 100 noisy transitions (what an agent would
-have seen). Beside them, as a floor, the error of predicting no motion at all. Normalised RMS
-over the 4 observation coordinates, mean over steps 1..50 and at step 50, per seed and mean ±
-standard error over seeds.
+own landscape: with the fixed prototype table ("none"), with the DMG-grown, GSR-routed pool
+("routed", world_model/memory/routed_prototypes.py), and with the episodic memory (dense, fp,
+l, c: the kick reads the episode's empirical residual forces by inverse distance,
+world_model/memory/episodic.py). Beside them: a warm GRU ("gru", warm_gru.py) whose filter has
+read the same 100 transitions; as a floor, predicting no motion; as the ceiling, the models'
+integrator (one BAOAB step per env step) given the episode's true potential, friction and
+control force (the env itself takes 10 sub-steps per step). Scored, on held-out episodes with
+their own landscapes: the noise-free 50-step open-loop error from the state after 100 steps of
+the episode, the memory holding those 100 noisy transitions (what an agent would have seen).
+Normalised RMS over the 4 observation coordinates, mean over steps 1..50 and at step 50, per seed
+and mean ± standard error over seeds. Also, for each geodesic model, the energy drift of its
+frictionless, action-free, noise-free rollout over 200 steps (max |H_t - H_0| / mean |H_0|,
+GeodesicCrossAttention.hamiltonian): the memory's force is not a gradient.
 
-    python benchmarks/memory_disk.py                 # 3 seeds, dense and fp memory (~15 min)
-    python benchmarks/memory_disk.py --seeds 1 --updates 100 --memories dense   # a smoke run
+`--env fixed` runs the same on PoincareDisk-v0's one landscape (every episode the same wells).
+
+    python benchmarks/memory_disk.py                 # 3 seeds (~35 min on 2 cores)
+    python benchmarks/memory_disk.py --seeds 1 --updates 100 --models none dense   # a smoke run
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from world_model_disk import smooth_actions  # noqa: E402  (this folder: the same actions)
+from warm_gru import WarmGRU, train_warm_gru, warm_gru_open_loop  # noqa: E402  (this folder)
+from world_model_disk import smooth_actions  # noqa: E402  (the same actions)
 
 from envs.poincare_disk import make_config, sample_start, simulate  # noqa: E402
 from envs.poincare_disk_random import draw_landscape  # noqa: E402
@@ -44,21 +53,25 @@ from world_model.geodesic import (  # noqa: E402
     IntegratorConfig,
 )
 from world_model.memory.episodic import MemoryInputs  # noqa: E402
+from world_model.memory.routing import clear_optimizer_rows  # noqa: E402
 from world_model.model import WorldModel, WorldModelConfig  # noqa: E402
 
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored
+DRIFT = 200  # steps of the energy-drift rollout
+GEODESIC = ("none", "routed", "dense", "fp", "l", "c")
+GRU_LRS = (3e-3, 1e-2)
 
 
-def episodes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
-    """n noisy episodes of WARM + TEST steps, each on its own landscape: obs [n, L + 1, 4],
-    actions [n, L, 2] (float32) and the configs."""
+def episodes(n: int, seed: int, redraw: bool = True) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """n noisy episodes of WARM + TEST steps, each on its own landscape (redraw) or all on
+    PoincareDisk-v0's: obs [n, L + 1, 4], actions [n, L, 2] (float32) and the configs."""
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(seed)
     base = make_config("default")
     obs, acts, configs = [], [], []
     for _ in range(n):
-        cfg = dataclasses.replace(base, **draw_landscape(rng, base.dim))
+        cfg = dataclasses.replace(base, **draw_landscape(rng, base.dim)) if redraw else base
         z0, p0 = sample_start(1, cfg, gen)
         a = smooth_actions(1, WARM + TEST, base.dim, gen)
         z, p = simulate(z0, p0, a, cfg, noise=True, generator=gen)
@@ -68,8 +81,12 @@ def episodes(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list]:
     return torch.stack(obs), torch.stack(acts), configs
 
 
-def build(memory: str, capacity: int = WARM) -> WorldModel:
+def build(name: str, capacity: int = WARM) -> WorldModel:
+    """A geodesic model: `name` in GEODESIC (none: the fixed table; routed: the DMG pool; else
+    the episodic memory's operator over the fixed table)."""
     dt = make_config("default").dt
+    memory = name if name not in ("none", "routed") else "none"
+    routing = "gsr" if name == "routed" else "dense"
     dyn = GeodesicDynamics(
         4,
         2,
@@ -79,7 +96,13 @@ def build(memory: str, capacity: int = WARM) -> WorldModel:
             head=GeodesicHeadOptions(d_k=8, kernel="softmax"),
             integrator=IntegratorConfig(dt=dt, drift_correction=False, potential_wells=32),
             context=ContextConfig(
-                prototypes=64, feature_dim=16, memory=memory, memory_capacity=capacity
+                prototypes=64,
+                feature_dim=16,
+                memory=memory,
+                memory_capacity=capacity,
+                routing=routing,
+                spawn_window=1024,  # 32 updates of 32
+                prune_idle=100,
             ),
         ),
     )
@@ -120,19 +143,23 @@ def train(model, obs, acts, std, updates, batch, horizon, seed, lr=1e-2) -> floa
         memory = memory_inputs(obs, acts, rows, starts, capacity) if capacity else None
         with torch.no_grad():
             targets = model.encode(o[:, 1:].flatten(0, 1), target=True).unflatten((batch, horizon))
-        state = model.encode(o[:, 0])
+        root = state = model.encode(o[:, 0])
         ctx = model.context(state, memory=memory)
-        decode, consistency = 0.0, 0.0
+        decode, consistency, first = 0.0, 0.0, None
         for t in range(horizon):
             state = model.next(state, a[:, t], ctx, stochastic=True)
             target = targets.map(lambda x, t=t: x[:, t])
-            consistency = consistency + model.consistency_loss(state, target).mean()
+            errors = model.consistency_loss(state, target)  # [B]
+            first = errors.detach() if first is None else first
+            consistency = consistency + errors.mean()
             decode = decode + ((model.decode(state) - o[:, t + 1]) / std).square().mean()
         loss = (20.0 * consistency + decode) / horizon
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 10.0)
         opt.step()
+        for param, written in model.dynamics.genesis(root.detach(), first):  # the agent's DMG step
+            clear_optimizer_rows(opt, param, written)
         model.update_targets(q_tau=0.01, encoder_tau=0.01)
         times.append(time.perf_counter() - begin)
         for g in opt.param_groups:  # cosine decay
@@ -140,14 +167,42 @@ def train(model, obs, acts, std, updates, batch, horizon, seed, lr=1e-2) -> floa
     return float(np.median(times))
 
 
-def truth(obs, acts, configs) -> torch.Tensor:
-    """The noise-free continuation from the state at WARM under the same actions [n, T + 1, 4]."""
+def truth(obs, acts, configs, substeps: int | None = None) -> torch.Tensor:
+    """The noise-free continuation from the state at WARM under the same actions [n, T + 1, 4]
+    (with `substeps` BAOAB sub-steps per step instead of the env's: the ceiling)."""
     out = []
     for i, cfg in enumerate(configs):
+        if substeps is not None:
+            cfg = dataclasses.replace(cfg, substeps=substeps)
         s = obs[i, WARM].double()
         z, p = simulate(s[None, :2], s[None, 2:], acts[i : i + 1, WARM:].double(), cfg, noise=False)
         out.append(torch.cat([z, p], -1)[0].float())
     return torch.stack(out)
+
+
+@torch.no_grad()
+def energy_drift(model, obs, acts, true) -> float:
+    """max_t |H_t - H_0| / mean_b |H_0| of a frictionless, action-free, noise-free rollout of
+    DRIFT steps from the test states, each reading its episode's memory."""
+    integ = model.dynamics.integrator
+    n = obs.shape[0]
+    capacity = model.memory_capacity
+    memory = None
+    if capacity:
+        memory = memory_inputs(obs, acts, torch.arange(n), torch.full((n,), WARM), capacity)
+    state = model.encode(true[:, 0])
+    ctx = model.context(state, memory=memory)
+    saved = integ.friction_raw.detach().clone()
+    integ.friction_raw.fill_(-1.0)  # relu: friction 0
+    ctx.ou = integ.ou_coefficients()
+    h0 = integ.hamiltonian(state.z, state.p, ctx)
+    worst = torch.zeros_like(h0)
+    zero = torch.zeros(n, acts.shape[-1])
+    for _ in range(DRIFT):
+        state = model.next(state, zero, ctx, stochastic=False)
+        worst = torch.maximum(worst, (integ.hamiltonian(state.z, state.p, ctx) - h0).abs())
+    integ.friction_raw.copy_(saved)
+    return float(worst.max() / h0.abs().mean())
 
 
 @torch.no_grad()
@@ -172,41 +227,84 @@ def _score(pred, true, std) -> dict[str, float]:
     return {"mean": float(err[:, 1:].mean()), "final": float(err[:, -1].mean())}
 
 
+def run_gru(obs, acts, std, val, test, args, seed) -> dict[str, float]:
+    """The warm GRU with the better of GRU_LRS on validation episodes, scored on the test ones."""
+    best = None
+    for lr in GRU_LRS:
+        torch.manual_seed(seed)
+        model = WarmGRU(4, 2, args.gru_width, std)
+        sec = train_warm_gru(
+            model, obs, acts, args.updates, args.batch, args.horizon, WARM, seed, lr
+        )
+        v_obs, v_acts, v_true = val
+        score = _score(warm_gru_open_loop(model, v_obs, v_acts, v_true, WARM, WARM), v_true, std)
+        if best is None or score["mean"] < best[0]:
+            best = (score["mean"], model, sec, lr)
+    _, model, sec, lr = best
+    t_obs, t_acts, t_true = test
+    score = _score(warm_gru_open_loop(model, t_obs, t_acts, t_true, WARM, WARM), t_true, std)
+    score.update(update_ms=1e3 * sec, lr=lr, params=sum(p.numel() for p in model.parameters()))
+    return score
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--memories", nargs="+", default=["none", "dense", "fp"])
+    parser.add_argument(
+        "--models", nargs="+", default=["none", "routed", "dense", "gru"],
+        choices=[*GEODESIC, "gru"],
+    )  # fmt: skip
+    parser.add_argument("--env", choices=["random", "fixed"], default="random")
     parser.add_argument("--episodes", type=int, default=64, help="training episodes")
     parser.add_argument("--test-episodes", type=int, default=64)
     parser.add_argument("--updates", type=int, default=400)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--horizon", type=int, default=16, help="training rollout horizon")
+    parser.add_argument("--gru-width", type=int, default=64)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    redraw = args.env == "random"
     results: dict[str, list[dict]] = {}
     for seed in args.seeds:
-        obs, acts, _ = episodes(args.episodes, seed)
-        t_obs, t_acts, t_cfgs = episodes(args.test_episodes, 10_000 + seed)
+        obs, acts, _ = episodes(args.episodes, seed, redraw)
+        t_obs, t_acts, t_cfgs = episodes(args.test_episodes, 10_000 + seed, redraw)
         std = obs.flatten(0, 1).std(0).clamp_min(1e-3)
         true = truth(t_obs, t_acts, t_cfgs)
         still = true[:, :1].expand_as(true)
         results.setdefault("no motion (floor)", []).append(_score(still, true, std))
-        for memory in args.memories:
+        ceiling = _score(truth(t_obs, t_acts, t_cfgs, substeps=1), true, std)
+        results.setdefault("true potential, 1 step (ceiling)", []).append(ceiling)
+        for name in args.models:
+            if name == "gru":
+                v_obs, v_acts, v_cfgs = episodes(args.test_episodes, 20_000 + seed, redraw)
+                val = (v_obs, v_acts, truth(v_obs, v_acts, v_cfgs))
+                score = run_gru(obs, acts, std, val, (t_obs, t_acts, true), args, seed)
+                results.setdefault("warm GRU", []).append(score)
+                print(f"seed {seed} warm GRU: {score}", flush=True)
+                continue
             torch.manual_seed(seed)
-            model = build(memory)
+            model = build(name)
             sec = train(model, obs, acts, std, args.updates, args.batch, args.horizon, seed)
             score = open_loop(model, t_obs, t_acts, true, std)
+            score["drift"] = energy_drift(model, t_obs, t_acts, true)
             gate = model.dynamics.integrator.memory
             score["update_ms"] = 1e3 * sec
             score["gate"] = float(gate.gate.detach()) if gate is not None else float("nan")
-            results.setdefault(f"memory {memory}", []).append(score)
-            print(f"seed {seed} memory {memory}: {score}", flush=True)
+            score["params"] = sum(p.numel() for p in model.dynamics.parameters())
+            pool = getattr(model.dynamics.prototypes, "pool", None)
+            if pool is not None:
+                score["active"] = pool.active_count()
+                score["spawns"] = int(model.dynamics.prototypes.dmg.spawns)
+            results.setdefault(f"geodesic, memory {name}", []).append(score)
+            print(f"seed {seed} {name}: {score}", flush=True)
+    land = "PoincareDiskRandom-v0" if redraw else "PoincareDisk-v0"
     print(
-        f"\nPoincareDiskRandom-v0, seeds {args.seeds}: noise-free {TEST}-step open-loop error "
-        f"after {WARM} steps (normalised RMS; mean ± s.e. over seeds)\n"
+        f"\n{land}, seeds {args.seeds}: noise-free {TEST}-step open-loop error after {WARM} "
+        "steps (normalised RMS; mean ± s.e. over seeds); energy drift over "
+        f"{DRIFT} frictionless steps\n"
     )
-    print("| model | mean error 1..50 | error at 50 | per seed (mean) | update ms |")
-    print("|---|---:|---:|---|---:|")
+    print("| model | mean error 1..50 | error at 50 | per seed (mean) | energy drift | update ms |")
+    print("|---|---:|---:|---|---:|---:|")
     for name, rows in results.items():
         cells = []
         for key in ("mean", "final"):
@@ -214,9 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             se = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")
             cells.append(f"{statistics.mean(vals):.4f} ± {se:.4f}")
         per = ", ".join(f"{r['mean']:.4f}" for r in rows)
-        timed = "update_ms" in rows[0]
-        ms = f"{statistics.mean(r['update_ms'] for r in rows):.0f}" if timed else ""
-        print(f"| {name} | {cells[0]} | {cells[1]} | {per} | {ms} |")
+        drift = f"{statistics.mean(r['drift'] for r in rows):.2e}" if "drift" in rows[0] else ""
+        ms = (
+            f"{statistics.mean(r['update_ms'] for r in rows):.0f}" if "update_ms" in rows[0] else ""
+        )
+        print(f"| {name} | {cells[0]} | {cells[1]} | {per} | {drift} | {ms} |")
     return 0
 
 

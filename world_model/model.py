@@ -181,6 +181,10 @@ class Dynamics(nn.Module):
       `uses_value_gradient`: `value_fn` (state -> V(state) [B, 1], the agent's current value
       estimate, for dynamics that differentiate it, e.g. a chiral projector).
     - `on_transition(transition)`: called on every env transition (memory, prototypes); no-op.
+    - `genesis(roots [B], errors [B]) -> [(parameter, rows)]`: called after every update with
+      the batch's root states and their one-step prediction errors, for a dynamics that grows
+      (DMG prototypes); returns the parameter rows it rewrote, whose optimiser moments the
+      agent clears. Default: nothing.
     - `diagnostics(batch, **inputs) -> (scalars, histograms)`: logged under `diagnostics/`
       every N updates and at the end of every run (batch None when the buffer cannot fill one
       yet); `value_fn` as for `context` when uses_value_gradient; default empty.
@@ -231,6 +235,9 @@ class Dynamics(nn.Module):
 
     def on_transition(self, transition: Transition) -> None:
         return None
+
+    def genesis(self, roots: LatentState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:
+        return []
 
     def diagnostics(self, batch: Any, **inputs: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
         return {}, {}

@@ -229,10 +229,13 @@ def test_stop_and_resume_equals_an_uninterrupted_run(tmp_path):
 @pytest.mark.slow
 def test_stop_and_resume_with_an_episodic_memory_equals_an_uninterrupted_run(tmp_path):
     """The geodesic model reading an episodic memory (its entries from the buffer in training,
-    from the planner's transitions of the running episode when acting): stopped at an episode
-    end, checkpointed and resumed, it continues bit for bit, into the next episode's memory."""
+    from the planner's transitions of the running episode when acting) and a DMG-grown, GSR-routed
+    prototype pool: stopped at an episode end, checkpointed and resumed, it continues bit for
+    bit, into the next episode's memory, with the pool's spawns, prunes and DMG window."""
     config = tiny(train={"steps": 120, "checkpoint_every": 1000, "world_model": "geodesic"})
-    config["dynamics"] = {"latent_dim": 4, "encoder_dim": 16, "context": {"memory": "fp"}}
+    context = {"memory": "fp", "routing": "gsr", "prototypes": 8, "pool_capacity": 12}
+    context.update(route_k=4, spawn_window=32, spawn_sigmas=0.5, prune_idle=10)
+    config["dynamics"] = {"latent_dim": 4, "encoder_dim": 16, "context": context}
 
     def make() -> Agent:
         return Agent(None, RunConfig.from_dict(config))
@@ -247,7 +250,10 @@ def test_stop_and_resume_with_an_episodic_memory_equals_an_uninterrupted_run(tmp
     assert resumed.run(120) == "done"
     assert_same_state(full.agent.state_dict(), resumed.agent.state_dict())
     assert len(full.agent.planner._transitions) == 19  # 20 steps into episode 3
-    assert float(full.agent.model.dynamics.integrator.memory.gate.detach()) != 0.0  # learned
+    dynamics = full.agent.model.dynamics
+    assert float(dynamics.integrator.memory.gate.detach()) != 0.0  # learned
+    spawned = int(held["model"]["dynamics.prototypes.dmg.spawns"])  # grew before the stop
+    assert 0 < spawned < int(dynamics.prototypes.dmg.spawns)  # and after it
     full.close()
     resumed.close()
 

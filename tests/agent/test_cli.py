@@ -306,15 +306,21 @@ def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
     assert "unknown key 'integrator' in [dynamics]" in bad.stderr
 
 
-@pytest.mark.parametrize("operator", ["dense", "fp", "l", "c"])
-def test_a_short_run_per_memory_operator_logs_the_memory(tmp_path, operator, capsys):
-    """`--world-model geodesic --memory OP --memory-capacity C`: the run trains with the
-    memory (its config saved, its gate learned) and logs the memory's scalars."""
+@pytest.mark.parametrize(
+    ("operator", "routing"), [("dense", "dense"), ("fp", "gsr"), ("l", "dense"), ("c", "gsr")]
+)
+def test_a_short_run_per_memory_operator_logs_the_memory(tmp_path, operator, routing, capsys):
+    """`--world-model geodesic --memory OP --memory-capacity C [--routing gsr --pool-size P
+    --route-k K]`: the run trains with the memory (its config saved, its gate learned) and logs
+    the memory's scalars; with the routed pool, its prototype count, spawns, prunes and routing
+    statistics too (active = initial + spawns - prunes: the pool never filled)."""
     config = tmp_path / "tiny.json"
     data = tiny(train={"seed_steps": 30, "max_episode_steps": 25})
-    data["dynamics"] = {"latent_dim": 4, "encoder_dim": 16}
+    context = {"prototypes": 8, "spawn_window": 32, "spawn_sigmas": 0.5}
+    data["dynamics"] = {"latent_dim": 4, "encoder_dim": 16, "context": context}
     config.write_text(json.dumps(data))
     argv = ["--world-model", "geodesic", "--memory", operator, "--memory-capacity", "16"]
+    argv += ["--routing", routing, "--pool-size", "40", "--route-k", "4"]
     argv += ["--steps", "45", "--logdir", str(tmp_path / "runs"), "--config", str(config)]
     code, lines, _ = call_main(train_cli.main, argv, capsys)
     assert code == 0, lines
@@ -329,3 +335,12 @@ def test_a_short_run_per_memory_operator_logs_the_memory(tmp_path, operator, cap
     assert 0 < entries <= 16
     (gate,) = [v for _, v in scalars(events, "diagnostics/memory_gate")][-1:]
     assert gate != 0.0  # 15 updates moved it off its start
+    routed = ("prototypes_active", "prototype_spawns", "prototype_prunes", "routing_entropy")
+    routed += ("routing_topk_mass", "gsr_bound")
+    assert all((f"diagnostics/{tag}" in tags) == (routing == "gsr") for tag in routed)
+    if routing == "gsr":
+        last = {tag: scalars(events, f"diagnostics/{tag}")[-1][1] for tag in routed}
+        assert saved["routing"] == "gsr" and saved["pool_capacity"] == 40
+        assert last["prototype_spawns"] >= 1
+        assert last["prototypes_active"] == 8 + last["prototype_spawns"] - last["prototype_prunes"]
+        assert 0 < last["routing_topk_mass"] <= 1 and last["gsr_bound"] >= 0

@@ -16,9 +16,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["MACRO_LEVEL", "ContextBank"]
+__all__ = ["MACRO_LEVEL", "ContextBank", "take_entries"]
 
 MACRO_LEVEL = 0  # colour-neutral entries (seed 003 Thm 102: exempt from screening)
+
+
+def take_entries(t: Tensor, index: Tensor) -> Tensor:
+    """Per-sample entries of a bank tensor: t [Bc, N, ...] (Bc = 1: shared, or B), index
+    [B, K] -> [B, K, ...] (row b takes entries index[b] of its bank)."""
+    if t.shape[0] == 1:
+        return t[0][index]
+    return t[torch.arange(index.shape[0], device=index.device).unsqueeze(-1), index]
 
 
 @dataclass
@@ -155,4 +163,16 @@ class ContextBank:
             torch.cat([b.value_features for b in parts], dim=1),
             torch.cat([b.levels for b in parts], dim=1),
             torch.cat([b.valid_mask() for b in parts], dim=1) if any_mask else None,
+        )
+
+    def take(self, index: Tensor, valid: Tensor) -> ContextBank:
+        """The entries index [B, K] of each sample's bank, valid [B, K] where selected (a
+        routed provider's top-K, world_model/memory/routed_prototypes.py)."""
+        mask = valid if self.mask is None else valid & take_entries(self.mask, index)
+        return ContextBank(
+            take_entries(self.positions, index),
+            take_entries(self.key_features, index),
+            take_entries(self.value_features, index),
+            take_entries(self.levels, index),
+            mask,
         )

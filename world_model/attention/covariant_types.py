@@ -20,7 +20,7 @@ from torch import Tensor
 
 from geometry.doublet import pair_mixture, pair_products
 
-from .context import MACRO_LEVEL, ContextBank
+from .context import MACRO_LEVEL, ContextBank, take_entries
 
 if TYPE_CHECKING:  # annotations only
     from .covariant_config import CovariantAttentionConfig
@@ -267,6 +267,27 @@ class PreparedContext:
             charged_index=charged_index,
             blocks=blocks,
             _parts=tuple(parts),
+        )
+
+    def take(self, index: Tensor, valid: Tensor) -> PreparedContext:
+        """The entries index [B, K] of each sample's bank (valid [B, K] where selected), with
+        the fields and Wilson lines they were prepared with: a routed provider prepares its
+        whole pool once and each rollout reads its top-K. Not for a joined or KRR bank."""
+        if self._parts or self.ridge_inverse is not None:
+            raise ValueError("PreparedContext.take: prepare a joined or KRR bank after selecting")
+        levels = take_entries(self.levels, index)
+        mask = valid if self.mask is None else valid & take_entries(self.mask, index)
+        charged_index = charged_entry_columns(levels)
+        return PreparedContext(
+            positions=take_entries(self.positions, index),
+            levels=levels,
+            mask=mask,
+            _key_fields=take_entries(self.key_fields, index),
+            _keys=take_entries(self.keys, index),
+            _values=take_entries(self.values, index),
+            _lines=take_entries(self.lines, index),
+            charged=bool(charged_index.numel()),
+            charged_index=charged_index,
         )
 
     def products(self, q: Tensor, values: bool = False) -> Tensor:

@@ -40,6 +40,7 @@ _DRIFTS = ("geodesic", "euclidean")
 _FORCES = ("potential", "field")
 _CONTROLS = ("linear", "mlp")
 _POTENTIAL_GRADIENTS = ("closed_form", "autograd")
+_ROUTINGS = ("dense", "gsr")
 
 
 def _at_least(where: str, obj: Any, names: tuple[str, ...], low: int) -> None:
@@ -121,7 +122,22 @@ class ContextConfig:
     (texture level), and the value gradient for the chiral projector."""
 
     prototypes: int = 64
-    """prototypes M in the macro-level pool"""
+    """prototypes M in the macro-level pool (under routing 'gsr': those active at the start)"""
+    routing: str = "dense"
+    """the macro level: 'dense' reads the fixed table of `prototypes` whole; 'gsr' reads a pool
+    of `pool_capacity` rows grown by DMG, each rollout the `route_k` prototypes GSR routes its
+    root to (world_model/memory/routed_prototypes.py)"""
+    pool_capacity: int = 128
+    """rows of the routed pool (DMG's hard capacity)"""
+    route_k: int = 16
+    """prototypes each rollout reads under routing 'gsr' (GSR's top-K)"""
+    spawn_sigmas: float = 3.0
+    """DMG spawns where a sample's one-step error, relative to its batch's mean, exceeds
+    1 + spawn_sigmas * (its window's std) + the surprise rate"""
+    spawn_window: int = 4096
+    """DMG's window of relative errors, in training samples (16 updates of 256)"""
+    prune_idle: int = 200
+    """DMG prunes a prototype no training sample was routed to for this many updates"""
     feature_dim: int = 16
     """key/value feature size of every context entry"""
     window: int = 4
@@ -146,7 +162,16 @@ class ContextConfig:
     def __post_init__(self) -> None:
         where = "GeodesicConfig.context"
         positive = ("prototypes", "feature_dim", "memory_capacity", "memory_anchors")
-        _at_least(where, self, positive, 1)
+        routed = ("pool_capacity", "route_k", "prune_idle", "spawn_window")
+        _at_least(where, self, positive + routed, 1)
+        _one_of(where, self, "routing", _ROUTINGS)
+        if self.routing == "gsr" and not self.route_k <= self.prototypes <= self.pool_capacity:
+            raise ValueError(
+                f"{where}: routing 'gsr' needs route_k <= prototypes <= pool_capacity, got "
+                f"{self.route_k}, {self.prototypes}, {self.pool_capacity}"
+            )
+        if not (math.isfinite(self.spawn_sigmas) and self.spawn_sigmas > 0):
+            raise ValueError(f"{where}.spawn_sigmas must be > 0, got {self.spawn_sigmas!r}")
         _at_least(where, self, ("window",), 0)
         _one_of(where, self, "memory", MEMORY_OPERATORS)
         if not (math.isfinite(self.memory_eps) and self.memory_eps > 0):

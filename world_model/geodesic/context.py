@@ -1,6 +1,7 @@
 """GeodesicContext: the banks a rollout's heads read, prepared once per planning call / training
 batch, and their assembly (`build_context`). Providers (docs/architecture.md, data flow): the
-prototype pool (macro, level 0) and, when history is given, the recent trajectory window
+prototype pool (macro, level 0: the fixed table, or the top-K of a DMG-grown pool that GSR routes
+each root to) and, when history is given, the recent trajectory window
 (texture, level 1); kick heads query at macro level, drift heads at texture level. Every
 entry's Wilson line is computed once and shared by the heads (one gauge connection)."""
 
@@ -14,6 +15,7 @@ from torch import Tensor
 
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantAttention, PreparedContext
+from world_model.memory.routed_prototypes import RoutedPrototypePool
 
 if TYPE_CHECKING:
     from world_model.memory.episodic import MemoryBank
@@ -72,26 +74,38 @@ def _joined(parts: tuple[ContextBank, ...]) -> ContextBank:
 
 def build_context(
     integ: GeodesicCrossAttention,
-    prototypes: PrototypePool,
+    prototypes: PrototypePool | RoutedPrototypePool,
     window: TrajectoryWindow | None,
     history_z: Tensor | None = None,
     history_p: Tensor | None = None,
     history_mask: Tensor | None = None,
     value_grad: Tensor | None = None,
+    root_z: Tensor | None = None,
 ) -> GeodesicContext:
     """The banks for one rollout: the prototypes' force and correction banks ([1, M], shared by
-    every rollout) and, given a `window` provider and the history positions / momenta
-    `history_z`, `history_p` [B, W, d] (oldest first) with `history_mask` [B, W], the window's
-    texture entries per sample. Under the krr kernel both are joined into one bank (one ridge
-    system for all); otherwise the prototypes are prepared once and the window per sample.
-    The drift head's bank is prepared only when the drift reads it (drift_correction)."""
+    every rollout; a routed pool's top-K at each root `root_z` [B, d] instead, [B, K], from the
+    whole pool prepared once) and, given a `window` provider and the history positions /
+    momenta `history_z`, `history_p` [B, W, d] (oldest first) with `history_mask` [B, W], the
+    window's texture entries per sample. Under the krr kernel all are joined into one bank (one
+    ridge system for all); otherwise the prototypes are prepared once and the window per
+    sample. The drift head's bank is prepared only when the drift reads it (drift_correction)."""
     cfg = integ.config
     force_bank = prototypes.force_bank()  # [1, M]: shared by every rollout
     correction_bank = prototypes.correction_bank()
+    selection = None
+    if isinstance(prototypes, RoutedPrototypePool):
+        if root_z is None:
+            raise ValueError("build_context: a routed prototype pool needs the roots root_z")
+        selection = prototypes.route(root_z)  # [B, K]
+    krr = cfg.head.kernel == "krr"
+    if selection is not None and krr:  # the ridge system is over the selected entries
+        force_bank = force_bank.take(*selection)
+        correction_bank = correction_bank.take(*selection)
+        selection = None
     banks = None
     if window is not None and history_z is not None:
         banks = window.banks(history_z, history_p, history_mask)  # [B, W] each
-    if banks is not None and cfg.head.kernel == "krr":  # one ridge system for all
+    if banks is not None and krr:  # one ridge system for all
         force_bank = ContextBank.cat([force_bank, banks[0]])
         correction_bank = ContextBank.cat([correction_bank, banks[1]])
         banks = None
@@ -99,6 +113,10 @@ def build_context(
     lines = integ.lines(force_bank.positions)  # one line per entry, shared by both banks
     force = integ.kick_head.prepare(force_bank, lines=lines)
     correction = integ.drift_head.prepare(correction_bank, lines=lines) if corrects else None
+    if selection is not None:  # the whole pool prepared once; each root reads its top-K
+        force, force_bank = force.take(*selection), force_bank.take(*selection)
+        correction_bank = correction_bank.take(*selection)
+        correction = None if correction is None else correction.take(*selection)
     if banks is not None:  # prototypes prepared once, the window per sample
         w_lines = integ.lines(history_z)  # [B, W, r, r]
         force = PreparedContext.cat([force, integ.kick_head.prepare(banks[0], lines=w_lines)])

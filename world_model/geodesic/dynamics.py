@@ -17,6 +17,7 @@ from geometry import poincare
 from world_model.layers import mlp
 from world_model.memory.episodic import MemoryBank, MemoryInputs, empirical_residual
 from world_model.memory.prototypes import PrototypeConfig, PrototypePool
+from world_model.memory.routed_prototypes import RoutedPoolConfig, RoutedPrototypePool
 from world_model.memory.window import TrajectoryWindow, state_features
 from world_model.model import Dynamics, LatentState, carried
 
@@ -82,9 +83,26 @@ class GeodesicDynamics(Dynamics):
         else:
             self.encoder = nn.Linear(obs_dim, 2 * d)
         banks = cfg.context
-        self.prototypes = PrototypePool(
-            d, PrototypeConfig(banks.prototypes, banks.feature_dim, banks.prototype_init_scale)
-        )
+        self.prototypes: PrototypePool | RoutedPrototypePool
+        if banks.routing == "gsr":
+            self.prototypes = RoutedPrototypePool(
+                d,
+                RoutedPoolConfig(
+                    capacity=banks.pool_capacity,
+                    initial=banks.prototypes,
+                    k=banks.route_k,
+                    feature_dim=banks.feature_dim,
+                    init_scale=banks.prototype_init_scale,
+                    spawn_sigmas=banks.spawn_sigmas,
+                    window=banks.spawn_window,
+                    prune_idle=banks.prune_idle,
+                    max_norm=cfg.max_norm,
+                ),
+            )
+        else:
+            self.prototypes = PrototypePool(
+                d, PrototypeConfig(banks.prototypes, banks.feature_dim, banks.prototype_init_scale)
+            )
         self.window = TrajectoryWindow(d, banks.feature_dim, TEXTURE) if banks.window > 0 else None
         self.history_length = banks.window  # the agent hands the last `window` observations
         # and the episode's last `memory_capacity` transitions, for the episodic memory
@@ -141,6 +159,7 @@ class GeodesicDynamics(Dynamics):
             None if history is None else history.p,
             history_mask,
             value_grad,
+            root_z=state.z,
         )
         if memory is not None and self.integrator.memory is not None:
             context.memory = self.memory_bank(memory)
@@ -159,12 +178,21 @@ class GeodesicDynamics(Dynamics):
             return None
         state, after = self.encode(memory.obs), self.encode(memory.next_obs)
         integ = self.integrator
-        bare = build_context(integ, self.prototypes, None)  # the kick without the memory
+        bare = build_context(integ, self.prototypes, None, root_z=state.z)  # kick without it
         terms = integ.position_terms(state.z, bare)
         kick = terms.force + integ.control_force(state.z, memory.action, terms.gain)
         residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]
         index = memory.index.transpose(0, 1)  # [B, C]
         return MemoryBank(state.z[index], residual[index], memory.mask.transpose(0, 1))
+
+    @torch.no_grad()
+    def genesis(self, state: GeodesicState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """A routed pool's DMG step on one update's roots `state` [B] and their one-step
+        prediction errors [B] (routed_prototypes.RoutedPrototypePool.genesis): (parameter, rows
+        written) pairs whose optimiser moments the caller clears. Nothing with a fixed table."""
+        if not isinstance(self.prototypes, RoutedPrototypePool):
+            return []
+        return self.prototypes.genesis(state.z, errors)
 
     def _value_gradient(
         self, state: GeodesicState, value_fn: Callable[[GeodesicState], Tensor]

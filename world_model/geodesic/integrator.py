@@ -186,6 +186,23 @@ class GeodesicCrossAttention(nn.Module):
             force = force + self.memory(z, context.memory)  # non-conservative (episodic.py)
         return force, lines
 
+    def hamiltonian(self, z: Tensor, p: Tensor, context: GeodesicContext) -> Tensor:
+        """H(z, p) = |p|^2 / (2 lambda(z)^2) + Phi(z): [B]. Phi is the potential whose negative
+        gradient is kick_force without the memory: the kick head's scalar read-out, the
+        confinement and the wells (force 'potential' only). Without friction, action and noise
+        the B-A-B steps conserve H up to O(dt^2) (the drift is the exact geodesic flow, the
+        kicks gradients); the episodic memory's force is no gradient, so with it H drifts
+        (benchmarks/memory_disk.py measures by how much)."""
+        if self.config.integrator.force != "potential":
+            raise ValueError(
+                "hamiltonian: the kick is a potential's gradient only with force 'potential'"
+            )
+        phi = self._kick_head_output(z, context, self.lines(z)).squeeze(-1)  # [B]
+        phi = phi + self.confinement * potentials.confining_potential(z)
+        if self.config.integrator.potential_wells > 0:
+            phi = phi + self.wells(z)[0]
+        return 0.5 * (p / poincare.conformal_factor(z)).square().sum(-1) + phi
+
     def wells(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """The potential wells Phi_w at z [B, d] and their force: ([B], [B, d])."""
         centres = self.well_centres.as_subclass(Tensor)  # plain tensor: no geoopt dispatch

@@ -13,6 +13,7 @@ from torch import Tensor
 from geometry import poincare
 from world_model import diagnostics as nodes
 from world_model.attention.covariant import CovariantQueries
+from world_model.memory.routed_prototypes import RoutedPrototypePool
 from world_model.memory.window import position_features, state_features
 from world_model.model import Dynamics, LatentState
 
@@ -99,8 +100,13 @@ def diagnostics(
     confinement, chirality strength, the largest |z|; histograms of |z| and tau(z); with an
     episodic memory its gate and, from the batch's memories, memory_entries (per sample),
     memory_transitions (distinct), memory_bytes (their raw float32 storage) and
-    memory_residual_norm (the mean |f_hat| of the entries)."""
-    scalars, histograms = report_scalars(dyn, *node_reports(dyn, batch, value_fn, max_states))
+    memory_residual_norm (the mean |f_hat| of the entries); with a routed prototype pool,
+    prototypes_active, prototype_spawns, prototype_prunes, routing_entropy, routing_topk_mass
+    and gsr_bound at the query states (RoutedPrototypePool.routing_report)."""
+    reports, state = node_reports(dyn, batch, value_fn, max_states)
+    scalars, histograms = report_scalars(dyn, reports, state)
+    if isinstance(dyn.prototypes, RoutedPrototypePool):
+        scalars.update(dyn.prototypes.routing_report(state.z))
     memory = getattr(batch, "memory", None)
     if dyn.integrator.memory is not None and memory is not None:
         scalars["memory_entries"] = float(memory.mask.sum(0).float().mean())

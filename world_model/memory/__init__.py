@@ -4,11 +4,14 @@ modules of seed 000 §6-§11 (one job per file; import from the submodules).
 Context providers (used by world_model/geodesic/):
 - prototypes.py  the learned prototype pool of the BAOAB heads (macro level).
 - window.py      the recent trajectory window (texture level).
+- routed_prototypes.py  the alternative macro level: a DMG-grown pool read through GSR's top-K
+                 (routing.py's MemoryPool, dmg.py, gsr's routing).
 - episodic.py    the HIDA episodic memory: this episode's empirical residual forces, read by
                  the kick with a HIDA operator (M1-M4).
 
 GeoResolver memory modules (built and tested in tests/world_model/memory/, measured by
-benchmarks/memory_modules.py; not yet wired into the geodesic world model):
+benchmarks/memory_modules.py; routing and dmg serve routed_prototypes.py, the others are not
+wired into the geodesic world model):
 - hcc.py         HCC (§6, M5): bit-packed polar compression of ball keys (maths in
                  geometry/quantize.py).
 - hypergate.py   HyperGate (§7, M6): head, token and dimension gates; Thm 7.1's bound.
@@ -23,4 +26,15 @@ Where the seed is wrong and what was built instead: docs/seed_map.md (the GeoRes
 section) and docs/architecture.md.
 """
 
-__all__ = ["prototypes", "window", "hcc", "hypergate", "routing", "dmg", "gsr", "unified"]
+__all__ = [
+    "prototypes",
+    "routed_prototypes",
+    "window",
+    "episodic",
+    "hcc",
+    "hypergate",
+    "routing",
+    "dmg",
+    "gsr",
+    "unified",
+]

@@ -8,8 +8,8 @@ and a correction bank read by the drift heads (Prop 102: values as displacement 
 Prototypes are macro entries (level 0, colour-neutral, exempt from area-law screening;
 docs/architecture.md, screening levels).
 
-The pool has a fixed size: growing it (seed 000's DMG genesis) and routing to a top-K subset
-(GSR) are not built.
+The pool has a fixed size and every rollout reads all of it; a pool grown by seed 000's DMG and
+read through GSR's top-K is routed_prototypes.py (`--routing gsr`).
 """
 
 from __future__ import annotations

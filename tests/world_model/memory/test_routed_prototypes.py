@@ -1,0 +1,163 @@
+"""world_model/memory/routed_prototypes.py and its plumbing: GSR selects the K prototypes nearest
+on the sphere (against a brute-force geodesic sort), the selected prepared entries equal the
+selected bank prepared afresh, a routed pool that selects every prototype is the fixed table
+(same heads, same output), DMG spawns at the surprising sample with its neighbour's features
+and clears the optimiser's moments of that row, idle prototypes are pruned, and the numbers stay
+finite at the ball's boundary."""
+
+from __future__ import annotations
+
+import geoopt
+import pytest
+import torch
+
+from geometry import sphere
+from world_model.geodesic import GeodesicConfig, GeodesicDynamics
+from world_model.geodesic.config import ContextConfig
+from world_model.memory.routed_prototypes import RoutedPoolConfig, RoutedPrototypePool
+from world_model.memory.routing import clear_optimizer_rows
+
+
+def _dynamics(routing: str, **context) -> GeodesicDynamics:
+    torch.manual_seed(0)
+    cfg = GeodesicConfig(
+        latent_dim=4, encoder_dim=16, context=ContextConfig(routing=routing, **context)
+    )
+    dyn = GeodesicDynamics(6, 2, cfg).double()
+    with torch.no_grad():  # w_o starts at 0: give the heads an output
+        for head in (dyn.integrator.kick_head, dyn.integrator.drift_head):
+            head.w_o.weight.normal_(0.0, 0.3)
+    return dyn
+
+
+def test_gsr_selects_the_k_nearest_active_prototypes_on_the_sphere():
+    torch.manual_seed(1)
+    pool = RoutedPrototypePool(3, RoutedPoolConfig(capacity=20, initial=15, k=5)).double()
+    pool.pool.active[[2, 7]] = False  # two rows pruned: never selected
+    z = geoopt.PoincareBall().expmap0(0.8 * torch.randn(9, 3, dtype=torch.float64))
+    index, valid = pool.route(z)
+    assert valid.all()
+    q = sphere.ball_to_sphere_stereographic(z)
+    c = sphere.ball_to_sphere_stereographic(pool.pool.centroids.detach())
+    angle = torch.arccos((q @ c.T).clamp(-1, 1))  # geodesic distance on S^3
+    angle[:, ~pool.pool.active] = float("inf")
+    expected = angle.argsort(-1)[:, :5]
+    assert torch.equal(index.sort(-1).values, expected.sort(-1).values)
+
+
+def test_fewer_active_prototypes_than_k_leave_the_rest_invalid():
+    pool = RoutedPrototypePool(3, RoutedPoolConfig(capacity=8, initial=3, k=5))
+    index, valid = pool.route(torch.zeros(2, 3))
+    assert valid.sum(-1).tolist() == [3, 3]
+    assert set(index[valid].tolist()) <= {0, 1, 2}
+
+
+def test_the_selected_prepared_entries_equal_the_selected_bank_prepared_afresh():
+    dyn = _dynamics("gsr", prototypes=12, pool_capacity=16, route_k=5)
+    pool, head = dyn.prototypes, dyn.integrator.kick_head
+    z = dyn.encode(torch.randn(4, 6, dtype=torch.float64)).z
+    selection = pool.route(z)
+    bank = pool.force_bank()
+    lines = dyn.integrator.lines(bank.positions)
+    taken = head.prepare(bank, lines=lines).take(*selection)
+    afresh = head.prepare(bank.take(*selection))
+    for name in ("positions", "keys", "values", "lines", "key_fields"):
+        torch.testing.assert_close(getattr(taken, name), getattr(afresh, name))
+    assert torch.equal(taken.mask, selection.valid)
+
+
+def test_a_pool_that_routes_to_every_prototype_is_the_fixed_table():
+    dense = _dynamics("dense", prototypes=6)
+    routed = _dynamics("gsr", prototypes=6, pool_capacity=6, route_k=6)
+    routed.load_state_dict(dense.state_dict(), strict=False)  # everything but the prototypes
+    table, rows = dense.prototypes, routed.prototypes.pool
+    with torch.no_grad():
+        rows.centroids.copy_(table.positions)
+        rows.values.copy_(
+            torch.cat(
+                [table.force_keys, table.force_values, table.correction_keys,
+                 table.correction_values], dim=-1,
+            )
+        )  # fmt: skip
+    obs, action = torch.randn(5, 6, dtype=torch.float64), torch.randn(5, 2, dtype=torch.float64)
+    outs = []
+    for dyn in (dense, routed):
+        state = dyn.encode(obs)
+        after = dyn.next(dyn.next(state, action, dyn.context(state)), action)
+        outs.append((after.z, after.p))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_training_reads_only_the_routed_rows_and_counts_their_use():
+    dyn = _dynamics("gsr", prototypes=16, pool_capacity=24, route_k=3)
+    state = dyn.encode(torch.randn(2, 6, dtype=torch.float64))
+    used = set(dyn.eval().prototypes.route(state.z).index.flatten().tolist())
+    assert int(dyn.prototypes.pool.activations.sum()) == 0  # not counted outside training
+    context = dyn.train().context(state)
+    after = dyn.next(state, torch.randn(2, 2, dtype=torch.float64), context)
+    (after.z.square().sum() + after.p.square().sum()).backward()
+    grad_rows = torch.nonzero(dyn.prototypes.pool.values.grad.abs().sum(-1)).flatten()
+    assert set(grad_rows.tolist()) <= used and grad_rows.numel() > 0
+    assert int(dyn.prototypes.pool.activations.sum()) == 2 * 3
+
+
+def test_genesis_spawns_at_the_surprising_sample_and_clears_its_moments():
+    cfg = RoutedPoolConfig(capacity=10, initial=4, k=2, window=8, spawn_sigmas=1.0)
+    pool = RoutedPrototypePool(2, cfg).double()
+    optim = geoopt.optim.RiemannianAdam(pool.parameters(), lr=1e-2)
+    pool.pool.values.sum().backward()
+    optim.step()  # non-zero moments everywhere
+    torch.manual_seed(2)
+    z = geoopt.PoincareBall().expmap0(0.5 * torch.randn(8, 2, dtype=torch.float64))
+    assert pool.genesis(z, torch.ones(8, dtype=torch.float64)) == []  # the window fills
+    errors = torch.ones(8, dtype=torch.float64)
+    errors[5] = 50.0
+    nearest = int(pool.logits(z[5:6]).argmax())
+    written = pool.genesis(z, errors)
+    ((param, rows), _) = written
+    assert rows.tolist() == [4]  # the first free row
+    torch.testing.assert_close(pool.pool.centroids[4], z[5])
+    torch.testing.assert_close(pool.pool.values[4], pool.pool.values[nearest])
+    assert pool.pool.active_count() == 5 and int(pool.dmg.spawns) == 1
+    for param, rows in written:
+        clear_optimizer_rows(optim, param, rows)
+    assert optim.state[pool.pool.values]["exp_avg"][4].abs().max() == 0
+    assert optim.state[pool.pool.values]["exp_avg"][3].abs().max() > 0
+
+
+def test_idle_prototypes_are_pruned_and_counted():
+    cfg = RoutedPoolConfig(capacity=6, initial=6, k=2, window=4, prune_idle=2)
+    pool = RoutedPrototypePool(2, cfg).train()
+    z = pool.pool.centroids.detach()[:1] * 0.999  # routes to row 0 and its neighbour
+    for _ in range(4):  # 4 updates of 4 samples: rows never routed to go idle
+        index, _ = pool.route(z.expand(4, -1))
+        pool.genesis(z.expand(4, -1), torch.ones(4))
+    kept = set(index.flatten().tolist())
+    assert set(torch.nonzero(pool.pool.active).flatten().tolist()) == kept
+    assert int(pool.prunes) == 6 - len(kept)
+    report = pool.routing_report(z)
+    assert report["prototypes_active"] == len(kept) and report["prototype_prunes"] == 6 - len(kept)
+    assert 0 < report["routing_topk_mass"] <= 1 + 1e-6
+
+
+def test_routing_stays_finite_at_the_boundary():
+    dyn = _dynamics("gsr", prototypes=8, pool_capacity=8, route_k=4)
+    with torch.no_grad():
+        dyn.prototypes.pool.centroids[0] = torch.tensor([1 - 1e-9, 0, 0, 0], dtype=torch.float64)
+    z = torch.tensor([[1 - 1e-9, 0, 0, 0], [0, -(1 - 1e-7), 0, 0]], dtype=torch.float64)
+    z.requires_grad_(True)
+    state = dyn.state_type(z, torch.ones_like(z))
+    after = dyn.next(state, torch.zeros(2, 2, dtype=torch.float64), dyn.context(state))
+    (after.z.sum() + after.p.sum()).backward()
+    assert torch.isfinite(after.z).all() and torch.isfinite(after.p).all()
+    assert torch.isfinite(z.grad).all()
+    assert torch.isfinite(dyn.prototypes.pool.centroids.grad).all()
+    assert 0 in dyn.prototypes.route(z.detach()).index[0].tolist()
+
+
+def test_the_config_refuses_an_impossible_pool():
+    with pytest.raises(ValueError, match="route_k <= prototypes <= pool_capacity"):
+        ContextConfig(routing="gsr", prototypes=64, pool_capacity=32)
+    with pytest.raises(ValueError, match="routing must be one of"):
+        ContextConfig(routing="sparse")
