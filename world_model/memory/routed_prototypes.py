@@ -19,7 +19,7 @@ through GSR (seed 000 §8.2, §9, §10), the alternative to the fixed table of p
   sample whose relative error exceeds the threshold spawns a prototype at its latent position,
   with the features of its nearest active prototype (a split: the kick read there barely
   changes until the new row is trained). At most one spawn per update (DMG's cooldown of one
-  batch). Routed-to prototypes are counted during training (a_e, t_last); a prototype old
+  batch). Prototypes routed to by a training loss are counted (a_e, t_last); a prototype old
   enough and not routed to for `prune_idle` updates is pruned; a spawn into a full pool evicts
   the least recently used row. Rows written are returned so the optimiser's moments of those
   rows can be cleared (routing.clear_optimizer_rows).
@@ -158,14 +158,15 @@ class RoutedPrototypePool(nn.Module):
         c = sphere.ball_to_sphere_stereographic(pool.centroids.detach())
         return sida_logits(q, c, self.config.eps, pool.active)
 
-    @torch.no_grad()
     def route(self, z: Tensor) -> Selection:
-        """GSR's top-K at the roots z [B, d]; counts the selection as a use while training."""
-        index, weights = hard_routing(self.logits(z), self.config.k)  # [B, K] each
-        valid = index >= 0
-        if self.training:
-            self.dmg.record_use(self.pool, index, weights)
-        return Selection(index.clamp_min(0), valid)
+        """GSR's top-K at the roots z [B, d]. A selection for a training loss (train mode, with
+        gradients) counts as a use; planning, diagnostics and the memory's residuals do not."""
+        counts = self.training and torch.is_grad_enabled()
+        with torch.no_grad():
+            index, weights = hard_routing(self.logits(z), self.config.k)  # [B, K] each
+            if counts:
+                self.dmg.record_use(self.pool, index, weights)
+        return Selection(index.clamp_min(0), index >= 0)
 
     @torch.no_grad()
     def routing_report(self, z: Tensor) -> dict[str, float]:

@@ -93,7 +93,9 @@ def test_training_reads_only_the_routed_rows_and_counts_their_use():
     dyn = _dynamics("gsr", prototypes=16, pool_capacity=24, route_k=3)
     state = dyn.encode(torch.randn(2, 6, dtype=torch.float64))
     used = set(dyn.eval().prototypes.route(state.z).index.flatten().tolist())
-    assert int(dyn.prototypes.pool.activations.sum()) == 0  # not counted outside training
+    with torch.no_grad():
+        dyn.train().context(state)  # diagnostics: train mode, no gradients
+    assert int(dyn.prototypes.pool.activations.sum()) == 0  # counted by training losses only
     context = dyn.train().context(state)
     after = dyn.next(state, torch.randn(2, 2, dtype=torch.float64), context)
     (after.z.square().sum() + after.p.square().sum()).backward()
