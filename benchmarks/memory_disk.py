@@ -22,12 +22,16 @@ GeodesicCrossAttention.hamiltonian): the memory's force is not a gradient.
 
     python benchmarks/memory_disk.py                 # 3 seeds (~35 min on 2 cores)
     python benchmarks/memory_disk.py --seeds 1 --updates 100 --models none dense   # a smoke run
+
+`--out FILE` keeps each finished (seed, model) result in a JSON file and skips it when rerun with
+the same settings, so an interrupted run resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import statistics
 import sys
@@ -247,6 +251,30 @@ def run_gru(obs, acts, std, val, test, args, seed) -> dict[str, float]:
     return score
 
 
+def gru_score(obs, acts, std, t_obs, t_acts, true, args, seed, redraw) -> dict[str, float]:
+    v_obs, v_acts, v_cfgs = episodes(args.test_episodes, 20_000 + seed, redraw)
+    val = (v_obs, v_acts, truth(v_obs, v_acts, v_cfgs))
+    return run_gru(obs, acts, std, val, (t_obs, t_acts, true), args, seed)
+
+
+def geodesic_score(name, obs, acts, std, t_obs, t_acts, true, args, seed) -> dict[str, float]:
+    """Train the geodesic model `name` and score it (open loop, drift, cost, gate, pool)."""
+    torch.manual_seed(seed)
+    model = build(name)
+    sec = train(model, obs, acts, std, args.updates, args.batch, args.horizon, seed)
+    score = open_loop(model, t_obs, t_acts, true, std)
+    score["drift"] = energy_drift(model, t_obs, t_acts, true)
+    gate = model.dynamics.integrator.memory
+    score["update_ms"] = 1e3 * sec
+    score["gate"] = float(gate.gate.detach()) if gate is not None else float("nan")
+    score["params"] = sum(p.numel() for p in model.dynamics.parameters())
+    pool = getattr(model.dynamics.prototypes, "pool", None)
+    if pool is not None:
+        score["active"] = pool.active_count()
+        score["spawns"] = int(model.dynamics.prototypes.dmg.spawns)
+    return score
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -261,7 +289,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--horizon", type=int, default=16, help="training rollout horizon")
     parser.add_argument("--gru-width", type=int, default=64)
+    parser.add_argument("--out", type=Path, help="JSON file of finished results (resumable)")
     args = parser.parse_args(argv)
+    done = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
+    settings = f"{args.env} e{args.episodes} t{args.test_episodes} u{args.updates} "
+    settings += f"b{args.batch} h{args.horizon} w{args.gru_width}"
+
+    def cached(seed, name, compute, *inputs):
+        key = f"{settings} seed {seed} {name}"
+        if key not in done:
+            done[key] = compute(*inputs)
+            if args.out:
+                args.out.write_text(json.dumps(done, indent=1))
+        print(f"seed {seed} {name}: {done[key]}", flush=True)
+        return done[key]
+
     torch.set_num_threads(1)
     redraw = args.env == "random"
     results: dict[str, list[dict]] = {}
@@ -274,29 +316,14 @@ def main(argv: list[str] | None = None) -> int:
         results.setdefault("no motion (floor)", []).append(_score(still, true, std))
         ceiling = _score(truth(t_obs, t_acts, t_cfgs, substeps=1), true, std)
         results.setdefault("true potential, 1 step (ceiling)", []).append(ceiling)
+        data = (obs, acts, std, t_obs, t_acts, true, args, seed)
         for name in args.models:
             if name == "gru":
-                v_obs, v_acts, v_cfgs = episodes(args.test_episodes, 20_000 + seed, redraw)
-                val = (v_obs, v_acts, truth(v_obs, v_acts, v_cfgs))
-                score = run_gru(obs, acts, std, val, (t_obs, t_acts, true), args, seed)
+                score = cached(seed, name, gru_score, *data, redraw)
                 results.setdefault("warm GRU", []).append(score)
-                print(f"seed {seed} warm GRU: {score}", flush=True)
-                continue
-            torch.manual_seed(seed)
-            model = build(name)
-            sec = train(model, obs, acts, std, args.updates, args.batch, args.horizon, seed)
-            score = open_loop(model, t_obs, t_acts, true, std)
-            score["drift"] = energy_drift(model, t_obs, t_acts, true)
-            gate = model.dynamics.integrator.memory
-            score["update_ms"] = 1e3 * sec
-            score["gate"] = float(gate.gate.detach()) if gate is not None else float("nan")
-            score["params"] = sum(p.numel() for p in model.dynamics.parameters())
-            pool = getattr(model.dynamics.prototypes, "pool", None)
-            if pool is not None:
-                score["active"] = pool.active_count()
-                score["spawns"] = int(model.dynamics.prototypes.dmg.spawns)
-            results.setdefault(f"geodesic, memory {name}", []).append(score)
-            print(f"seed {seed} {name}: {score}", flush=True)
+            else:
+                score = cached(seed, name, geodesic_score, name, *data)
+                results.setdefault(f"geodesic, memory {name}", []).append(score)
     land = "PoincareDiskRandom-v0" if redraw else "PoincareDisk-v0"
     print(
         f"\n{land}, seeds {args.seeds}: noise-free {TEST}-step open-loop error after {WARM} "
