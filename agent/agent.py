@@ -34,6 +34,7 @@ from agent.checkpoint import (
     seed_everything,
 )
 from agent.config import ConfigError, RunConfig, migrate_config
+from agent.guard import check_actions, check_losses, check_states, clip_gradients, located
 from agent.loop import Trainer
 from agent.planner import Planner, plan_batch
 from agent.policy import PlannerPolicy
@@ -190,7 +191,7 @@ class Agent:
         """Plan for E environments at once (agent.planner.plan_batch): obs [E, O] -> actions
         [E, A] in [-1, 1], environment i with planners[i] and generators[i]."""
         start = time.perf_counter()
-        with _eval_mode(self.model):
+        with _eval_mode(self.model), located(f"env step {self.num_timesteps}"):
             actions = plan_batch(
                 planners,
                 self.model,
@@ -198,6 +199,7 @@ class Agent:
                 explore=explore,
                 generators=generators,
             )
+        check_actions(actions, f"env step {self.num_timesteps}: plan")  # a NaN passes clamp
         self.timing["plan_s"] += time.perf_counter() - start
         self.timing["plans"] += 1
         return actions.cpu().numpy()
@@ -298,17 +300,21 @@ class Agent:
         batch = self.sample_batch(ac.batch_size, lc.horizon)
         self.model.train()
         loss, metrics, states = world_model_loss(self.model, batch, self.discount, lc)
+        where = f"update {self.num_updates + 1} (env step {self.num_timesteps})"
+        check_losses(metrics, where)
+        check_states(states.tensors(), where)
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for g in self.optim.param_groups for p in g["params"]]
-        metrics["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, ac.grad_clip)
+        metrics["grad_norm"] = clip_gradients(self.model, params, ac.grad_clip, where)
         self.optim.step()
         self._genesis(batch, states)
 
         pi_loss, pi_metrics = policy_loss(self.model, states.detach(), self.scale, lc)
+        check_losses(pi_metrics, where)
         self.pi_optim.zero_grad(set_to_none=True)
         pi_loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.policy_parameters(), ac.grad_clip)
+        clip_gradients(self.model, list(self.model.policy_parameters()), ac.grad_clip, where)
         self.pi_optim.step()
         self.model.update_targets(ac.q_tau, ac.encoder_tau)
         self.num_updates += 1

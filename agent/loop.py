@@ -33,6 +33,7 @@ from agent.checkpoint import (
     set_global_rng_state,
 )
 from agent.episodes import run_episodes
+from agent.guard import NonFiniteError
 from agent.runs import CHECKPOINT_NAME, make_run_vector_env
 
 if TYPE_CHECKING:  # the agent imports this module for Agent.learn / Agent.resume
@@ -77,6 +78,8 @@ class Trainer:
         self.last_checkpoint = agent.num_timesteps
         self.next_diagnostics = agent.num_updates + self.cfg.diagnostics_every
         self._interrupted = False
+        self.last_crossed: tuple[int, list[str]] | None = None  # (update, nodes out of range)
+        self.last_diagnostics_update: int | None = None
         self._window = _Window(agent)
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
@@ -104,6 +107,7 @@ class Trainer:
             disable=(not self.progress) or None,
             smoothing=0.05,
         )
+        diverged = None
         try:
             while agent.num_timesteps < until_step:
                 if self.needs_reset:
@@ -160,10 +164,16 @@ class Trainer:
                 and self.last_eval_step != agent.num_timesteps
             ):
                 self.evaluate_and_log()  # a run folder always ends with an evaluation
+        except NonFiniteError as err:
+            diverged = err
         finally:
             bar.close()
             if installed:
                 signal.signal(signal.SIGINT, previous_handler)
+        if diverged is not None:  # no checkpoint of a diverged model: the last good one stays
+            if self.writer is not None:
+                self.writer.flush()
+            raise NonFiniteError(f"{diverged}; {self._last_out_of_range()}") from diverged
         if self.run_dir is not None:
             if not self.needs_reset:  # mid-episode: close the episode as a truncation
                 agent.buffer.mark_truncated()
@@ -229,12 +239,29 @@ class Trainer:
             finally:
                 agent.buffer.rng = saved
         scalars, histograms = agent.model.diagnostics(batch)
+        crossed = [
+            f"{key} = {value:.2e} >= {scalars[key + '_threshold']:.2e}"
+            for key, value in scalars.items()
+            if key + "_threshold" in scalars and value >= scalars[key + "_threshold"]
+        ]
+        if crossed:
+            self.last_crossed = (agent.num_updates, crossed)
+        self.last_diagnostics_update = agent.num_updates
         if self.writer is not None:
             step = agent.num_timesteps
             for key, value in scalars.items():
                 self.writer.add_scalar(f"diagnostics/{key}", float(value), step)
             for key, value in histograms.items():
                 self.writer.add_histogram(f"diagnostics/{key}", value, step)
+
+    def _last_out_of_range(self) -> str:
+        """The last diagnostics' nodes out of range, for a divergence's message."""
+        if self.last_crossed is not None:
+            update, crossed = self.last_crossed
+            return f"last diagnostic out of range (update {update}): {'; '.join(crossed)}"
+        if self.last_diagnostics_update is None:
+            return "no diagnostics were computed before it"
+        return f"no diagnostic node out of range up to update {self.last_diagnostics_update}"
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, episodes: int | None = None) -> np.ndarray:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from agent.guard import NonFiniteError
 from world_model.memory.episodic import MemoryInputs
 from world_model.model import LatentState, WorldModel
 
@@ -358,6 +359,10 @@ def plan_batch(
             mean, std, weights = cem_update(elite_values, elite_actions)
         std = std.clamp(cfg.min_std, cfg.max_std)
 
+    if not bool(torch.isfinite(weights).all()):  # every sampled trajectory's value was NaN
+        raise NonFiniteError(
+            "plan: no sampled trajectory has a finite value (the world model's NaN)"
+        )
     chosen = torch.empty(n_env, a_dim, device=device, dtype=dtype)
     for i, (planner, g) in enumerate(zip(planners, generators, strict=True)):
         choice = torch.multinomial(weights[i], 1, generator=g)  # [1]

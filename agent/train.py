@@ -10,7 +10,9 @@
 Every config field has a flag `--{section}.{field}` generated from the dataclasses
 (agent/cli.py); the short flags below are aliases of the most used ones. Each run writes
 runs/{env}__{world_model}__{seed}__{time}/ (agent/runs.py). Ctrl-C writes a checkpoint and
-exits 130; bad input prints one line on stderr and exits 2.
+exits 130; bad input prints one line on stderr and exits 2; a diverged run (a non-finite loss,
+gradient, latent state or action: agent/guard.py) prints where it happened and exits 3, its last
+good checkpoint kept.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.agent import Agent
-from agent.checkpoint import CheckpointError
+from agent.checkpoint import CheckpointError, load_checkpoint
 from agent.cli import (
     OneLineParser,
     add_config_flags,
@@ -33,8 +35,9 @@ from agent.cli import (
     merge_tables,
 )
 from agent.config import SECTIONS, ConfigError, RunConfig, TrainConfig, load_config_file
+from agent.guard import NonFiniteError
 from agent.loop import Trainer
-from agent.runs import make_run_dir, run_metadata
+from agent.runs import CHECKPOINT_NAME, make_run_dir, run_metadata
 from envs import SUPPORTED_ENVS, EnvError
 from world_model.registry import dynamics_names, get_dynamics
 
@@ -166,9 +169,22 @@ def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
     return trainer, run_dir
 
 
+def _kept_checkpoint(run_dir: Path | None) -> str:
+    """What a diverged run leaves behind, for its message."""
+    path = None if run_dir is None else run_dir / CHECKPOINT_NAME
+    if path is None or not path.is_file():
+        return "no checkpoint had been written"
+    try:
+        step = load_checkpoint(path)["agent"]["counters"]["num_timesteps"]
+    except (CheckpointError, KeyError):
+        return f"the last checkpoint is {path}"
+    return f"the last good checkpoint (env step {step}) is kept: {path}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_world_model_of(argv)).parse_args(argv)
+    run_dir = None
     try:
         trainer, run_dir = _start(args, argv)
         start = time.perf_counter()
@@ -178,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, EnvError, CheckpointError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteError as err:
+        kept = _kept_checkpoint(run_dir)
+        print(f"{PROG}: training diverged: {err}; {kept}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print(
             f"{PROG}: interrupted twice: stopped without writing a new checkpoint (the last "

@@ -33,7 +33,8 @@ def two_hot(x: Tensor, bins: Tensor) -> Tensor:
     width = (vmax - vmin) / (k - 1)
     y = symlog(x).clamp(vmin, vmax)  # [...]
     pos = (y - vmin) / width  # [...] in [0, K-1]
-    lower = pos.floor().clamp(max=k - 2)  # [...]
+    # a NaN x must come out as NaN weights, not a bin index of -2^63 (nan_to_num: index only)
+    lower = pos.nan_to_num(0.0).floor().clamp(max=k - 2)  # [...]
     upper_weight = (pos - lower).unsqueeze(-1)  # [..., 1]
     lower_idx = lower.long().unsqueeze(-1)  # [..., 1]
     out = torch.zeros(*x.shape, k, dtype=x.dtype, device=x.device)

@@ -95,7 +95,8 @@ def diagnostics(
     max_states: int = 64,
 ) -> tuple[dict[str, float], dict[str, Tensor]]:
     """Scalars for TensorBoard (`diagnostics/...`): node67_gauge_invariance (and its value
-    relative to the largest score), node68_metric_temperature, node69_chirality_violation
+    relative to the largest score; each node also with its `_threshold`),
+    node68_metric_temperature, node69_chirality_violation
     and node69_degenerate_fraction, node70_texture_leakage (see node_reports), friction,
     confinement, chirality strength, the largest |z|; histograms of |z| and tau(z); with an
     episodic memory its gate and, from the batch's memories, memory_entries (per sample),
@@ -125,6 +126,8 @@ def report_scalars(
     """`diagnostics` from reports already computed by `node_reports` (and their query states),
     so that a caller that wants both computes the nodes once."""
     scalars: dict[str, float] = {NODE_NAMES[r.node]: r.value for r in reports}
+    # beside each node its threshold: the trainer names a crossed one when a run diverges
+    scalars.update({f"{NODE_NAMES[r.node]}_threshold": r.threshold for r in reports})
     for r in reports:
         if r.node == 67:
             scalars["node67_relative"] = r.extra["relative"]
