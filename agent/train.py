@@ -9,10 +9,9 @@
 
 Every config field has a flag `--{section}.{field}` generated from the dataclasses
 (agent/cli.py); the short flags below are aliases of the most used ones. Each run writes
-runs/{env}__{world_model}__{seed}__{time}/ (agent/runs.py). Ctrl-C writes a checkpoint and
-exits 130; bad input prints one line on stderr and exits 2; a diverged run (a non-finite loss,
-gradient, latent state or action: agent/guard.py) prints where it happened and exits 3, its last
-good checkpoint kept.
+runs/{env}__{world_model}__{seed}__{time}/ (agent/runs.py). Exit codes: 130 Ctrl-C (checkpoint
+written), 2 bad input (one line), 3 diverged (a non-finite number: agent/guard.py; last good
+checkpoint kept).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.agent import Agent
-from agent.checkpoint import CheckpointError, load_checkpoint
+from agent.checkpoint import CheckpointError
 from agent.cli import (
     OneLineParser,
     add_config_flags,
@@ -37,7 +36,7 @@ from agent.cli import (
 from agent.config import SECTIONS, ConfigError, RunConfig, TrainConfig, load_config_file
 from agent.guard import NonFiniteError
 from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME, make_run_dir, run_metadata
+from agent.runs import kept_checkpoint, make_run_dir, run_metadata
 from envs import SUPPORTED_ENVS, EnvError
 from world_model.registry import dynamics_names, get_dynamics
 
@@ -45,20 +44,12 @@ __all__ = ["ALIASES", "main", "build_parser", "config_from_args"]
 
 PROG = "python -m agent.train"
 # short flag -> the config field it sets (the generated flag --{section}.{field} also works)
-ALIASES = {
-    "env": "train.env_id",
-    "world_model": "train.world_model",
-    "steps": "train.steps",
-    "seed": "train.seed",
-    "logdir": "train.logdir",
-    "device": "train.device",
-    "attention": "dynamics.head.kernel",
-    "memory": "dynamics.context.memory",
-    "memory_capacity": "dynamics.context.memory_capacity",
-    "routing": "dynamics.context.routing",
-    "pool_size": "dynamics.context.pool_capacity",
-    "route_k": "dynamics.context.route_k",
-}
+ALIASES = {"env": "train.env_id", "world_model": "train.world_model", "steps": "train.steps",
+           "seed": "train.seed", "logdir": "train.logdir", "device": "train.device",
+           "attention": "dynamics.head.kernel", "memory": "dynamics.context.memory",
+           "memory_capacity": "dynamics.context.memory_capacity",
+           "routing": "dynamics.context.routing", "pool_size": "dynamics.context.pool_capacity",
+           "route_k": "dynamics.context.route_k"}  # fmt: skip
 ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int, "pool_size": int, "route_k": int}
 METAVARS = {"env": "ENV_ID", "world_model": "NAME", "steps": "N", "seed": "S", "logdir": "DIR",
             "device": "DEVICE", "attention": "KERNEL", "memory": "OPERATOR",
@@ -169,18 +160,6 @@ def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
     return trainer, run_dir
 
 
-def _kept_checkpoint(run_dir: Path | None) -> str:
-    """What a diverged run leaves behind, for its message."""
-    path = None if run_dir is None else run_dir / CHECKPOINT_NAME
-    if path is None or not path.is_file():
-        return "no checkpoint had been written"
-    try:
-        step = load_checkpoint(path)["agent"]["counters"]["num_timesteps"]
-    except (CheckpointError, KeyError):
-        return f"the last checkpoint is {path}"
-    return f"the last good checkpoint (env step {step}) is kept: {path}"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_world_model_of(argv)).parse_args(argv)
@@ -195,15 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:
-        kept = _kept_checkpoint(run_dir)
-        print(f"{PROG}: training diverged: {err}; {kept}", file=sys.stderr)
+        print(f"{PROG}: training diverged: {err}; {kept_checkpoint(run_dir)}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
-        print(
-            f"{PROG}: interrupted twice: stopped without writing a new checkpoint (the last "
-            "one is intact)",
-            file=sys.stderr,
-        )
+        print(f"{PROG}: interrupted twice: the last checkpoint is intact", file=sys.stderr)
         return 130
     agent = trainer.agent
     line = f"{status} at step {agent.num_timesteps} after {elapsed:.0f} s"
