@@ -34,7 +34,7 @@ from agent.checkpoint import (
     seed_everything,
 )
 from agent.config import ConfigError, RunConfig, migrate_config
-from agent.guard import check_actions, check_losses, check_states, clip_gradients, located
+from agent.guard import check_losses, check_states, clip_gradients, located
 from agent.loop import Trainer
 from agent.planner import Planner, plan_batch
 from agent.policy import PlannerPolicy
@@ -199,7 +199,6 @@ class Agent:
                 explore=explore,
                 generators=generators,
             )
-        check_actions(actions, f"env step {self.num_timesteps}: plan")  # a NaN passes clamp
         self.timing["plan_s"] += time.perf_counter() - start
         self.timing["plans"] += 1
         return actions.cpu().numpy()

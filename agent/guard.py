@@ -4,10 +4,11 @@ A diverging run (a learning rate of 1e12, a reward of NaN from a broken env) oth
 later with a message about something else (a NaN target turned into a bin index) or, worse,
 writes a checkpoint full of NaNs over the last good one. `Agent.update` checks the losses and
 the latent states before the backward pass and the gradients before the optimiser step;
-`Agent.act_batch` checks the planned actions. Each check is one `isfinite` over tensors the
-update computes anyway; the names are looked up only once something is wrong. The trainer
-(agent/loop.py) writes no checkpoint after a `NonFiniteError`, so the run folder keeps the
-last good one, and adds the last diagnostic node that was out of range to the message.
+`plan_batch` (agent/planner.py) checks the trajectory weights and the planned actions. Each
+check is one `isfinite` over tensors the update computes anyway; the names are looked up only
+once something is wrong. The trainer (agent/loop.py) writes no checkpoint after a
+`NonFiniteError`, so the run folder keeps the last good one, and adds the last diagnostic node
+that was out of range and the checkpoint kept to the message.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ def _finite(x: Tensor) -> bool:
 
 def check_losses(losses: Mapping[str, Tensor], where: str) -> None:
     """Raise naming every non-finite entry of `losses` (scalars or tensors)."""
+    if _finite(torch.cat([value.reshape(-1) for value in losses.values()])):
+        return
     bad = [name for name, value in losses.items() if not _finite(value)]
-    if bad:
-        raise NonFiniteError(f"{where}: non-finite loss ({', '.join(bad)})")
+    raise NonFiniteError(f"{where}: non-finite loss ({', '.join(bad)})")
 
 
 def check_states(states: Iterable[Tensor], where: str) -> None:

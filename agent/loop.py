@@ -107,7 +107,6 @@ class Trainer:
             disable=(not self.progress) or None,
             smoothing=0.05,
         )
-        diverged = None
         try:
             while agent.num_timesteps < until_step:
                 if self.needs_reset:
@@ -164,16 +163,14 @@ class Trainer:
                 and self.last_eval_step != agent.num_timesteps
             ):
                 self.evaluate_and_log()  # a run folder always ends with an evaluation
-        except NonFiniteError as err:
-            diverged = err
+        except NonFiniteError as err:  # no checkpoint of a diverged model: the last good one stays
+            if self.writer is not None:
+                self.writer.flush()
+            raise NonFiniteError(f"{err}; {self._last_out_of_range()}; {self._kept()}") from err
         finally:
             bar.close()
             if installed:
                 signal.signal(signal.SIGINT, previous_handler)
-        if diverged is not None:  # no checkpoint of a diverged model: the last good one stays
-            if self.writer is not None:
-                self.writer.flush()
-            raise NonFiniteError(f"{diverged}; {self._last_out_of_range()}") from diverged
         if self.run_dir is not None:
             if not self.needs_reset:  # mid-episode: close the episode as a truncation
                 agent.buffer.mark_truncated()
@@ -262,6 +259,13 @@ class Trainer:
         if self.last_diagnostics_update is None:
             return "no diagnostics were computed before it"
         return f"no diagnostic node out of range up to update {self.last_diagnostics_update}"
+
+    def _kept(self) -> str:
+        """The checkpoint a divergence leaves in the run folder, for its message."""
+        path = None if self.run_dir is None else self.run_dir / CHECKPOINT_NAME
+        if path is None or not path.is_file():
+            return "no checkpoint had been written"
+        return f"the last good checkpoint (env step {self.last_checkpoint}) is kept: {path}"
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, episodes: int | None = None) -> np.ndarray:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from agent.guard import NonFiniteError
+from agent.guard import NonFiniteError, check_actions
 from world_model.memory.episodic import MemoryInputs
 from world_model.model import LatentState, WorldModel
 
@@ -376,4 +376,5 @@ def plan_batch(
             "elite_value": float(elite_values[i].mean()),
             "std": float(std[0, i].mean()),
         }
+    check_actions(chosen, "plan")  # a NaN passes the clamp
     return chosen  # each row clamped to [-1, 1] above

@@ -18,7 +18,6 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent.checkpoint import CheckpointError, load_checkpoint
 from agent.config import RunConfig
 from envs import make_env
 from envs.scaling import scale_spaces
@@ -28,7 +27,6 @@ __all__ = [
     "PACKAGES",
     "RunError",
     "checkpoint_path",
-    "kept_checkpoint",
     "fresh_dir",
     "make_run_dir",
     "make_run_env",
@@ -149,15 +147,3 @@ def run_metadata(prog: str, argv: list[str]) -> dict[str, Any]:
         "command": [prog, *argv],
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-
-
-def kept_checkpoint(run_dir: Path | None) -> str:
-    """What a run folder holds after a divergence, for its message."""
-    path = None if run_dir is None else run_dir / CHECKPOINT_NAME
-    if path is None or not path.is_file():
-        return "no checkpoint had been written"
-    try:
-        step = load_checkpoint(path)["agent"]["counters"]["num_timesteps"]
-    except (CheckpointError, KeyError):
-        return f"the last checkpoint is {path}"
-    return f"the last good checkpoint (env step {step}) is kept: {path}"

@@ -36,7 +36,7 @@ from agent.cli import (
 from agent.config import SECTIONS, ConfigError, RunConfig, TrainConfig, load_config_file
 from agent.guard import NonFiniteError
 from agent.loop import Trainer
-from agent.runs import kept_checkpoint, make_run_dir, run_metadata
+from agent.runs import make_run_dir, run_metadata
 from envs import SUPPORTED_ENVS, EnvError
 from world_model.registry import dynamics_names, get_dynamics
 
@@ -163,7 +163,6 @@ def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_world_model_of(argv)).parse_args(argv)
-    run_dir = None
     try:
         trainer, run_dir = _start(args, argv)
         start = time.perf_counter()
@@ -174,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:
-        print(f"{PROG}: training diverged: {err}; {kept_checkpoint(run_dir)}", file=sys.stderr)
+        print(f"{PROG}: training diverged: {err}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted twice: the last checkpoint is intact", file=sys.stderr)

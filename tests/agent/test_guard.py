@@ -62,8 +62,9 @@ def test_an_injected_nan_stops_training_and_keeps_the_last_good_checkpoint(tmp_p
     saved = path.read_bytes()
     with torch.no_grad():
         next(trainer.agent.model.dynamics.parameters()).view(-1)[0] = math.nan
-    with pytest.raises(NonFiniteError, match=r"env step 100: plan: no sampled trajectory"):
+    with pytest.raises(NonFiniteError, match=r"env step 100: plan: no sampled trajectory") as err:
         trainer.run(300)  # the first thing after the NaN is a plan
+    assert "the last good checkpoint (env step 100) is kept" in str(err.value)
     assert path.read_bytes() == saved
     assert trainer.agent.num_timesteps == 100  # stopped before the env saw a NaN action
     trainer.close()
