@@ -145,11 +145,23 @@ def set_global_rng_state(state: dict[str, Any]) -> None:
 
 
 def env_rng_state(env: gym.Env) -> dict[str, Any]:
-    """The state of the env's own generator (`env.unwrapped.np_random`)."""
-    return env.unwrapped.np_random.bit_generator.state
+    """The state of the env's own generator (`env.unwrapped.np_random`: a numpy Generator, or
+    the legacy RandomState that dm_control tasks draw from, as shimmy exposes it)."""
+    rng = env.unwrapped.np_random
+    if isinstance(rng, np.random.RandomState):  # MT19937's key as a list: weights_only loads it
+        state = rng.get_state(legacy=False)
+        key = state["state"]["key"].tolist()
+        return {**state, "state": {**state["state"], "key": key}, "legacy": True}
+    return rng.bit_generator.state
 
 
 def set_env_rng_state(env: gym.Env, state: dict[str, Any]) -> None:
+    if state.get("legacy"):
+        inner = {**state["state"], "key": np.asarray(state["state"]["key"], dtype=np.uint32)}
+        rng = np.random.RandomState()
+        rng.set_state({**{k: v for k, v in state.items() if k != "legacy"}, "state": inner})
+        env.unwrapped.np_random = rng
+        return
     bit_generator = getattr(np.random, state["bit_generator"])()
     bit_generator.state = state
     env.unwrapped.np_random = np.random.Generator(bit_generator)

@@ -57,7 +57,11 @@ class TrainConfig:
     env_id: str = "Pendulum-v1"
     """gymnasium environment id with continuous actions; the tested ones"""
     max_episode_steps: int | None = None
-    """episode length limit (None: the env's own, 200 for Pendulum-v1)"""
+    """episode length limit in decisions (None: the env's own, 200 for Pendulum-v1, 500 for the
+    DeepMind Control tasks at action repeat 2)"""
+    action_repeat: int | None = None
+    """environment steps per agent decision, rewards summed (None: 2 for dm_control/ ids, as
+    TD-MPC2 and DreamerV3, else 1); every other step count of the run counts decisions"""
     world_model: str = "gru"
     """latent dynamics, a name from world_model.registry"""
     steps: int = 5000
@@ -96,6 +100,8 @@ class TrainConfig:
         _positive_int(self, "steps", "train")
         if self.max_episode_steps is not None:
             _positive_int(self, "max_episode_steps", "train")
+        if self.action_repeat is not None:
+            _positive_int(self, "action_repeat", "train")
         _nonnegative_int(self, "seed", "train")
         _nonnegative_int(self, "seed_steps", "train")
         _nonnegative_int(self, "eval_every", "train")

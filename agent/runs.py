@@ -60,7 +60,11 @@ def make_run_env(
     `scaled` is False (the task's own units, as Agent takes an env and predict speaks)."""
     tc = config.train
     env = make_env(
-        tc.env_id, seed=seed, render_mode=render_mode, max_episode_steps=tc.max_episode_steps
+        tc.env_id,
+        seed=seed,
+        render_mode=render_mode,
+        max_episode_steps=tc.max_episode_steps,
+        action_repeat=tc.action_repeat,
     )
     return scale_spaces(env, seed) if scaled else env
 

@@ -7,6 +7,10 @@ Wrapper stack, inside out:
    seed gives the same first observation and, under the same actions, the same trajectory.
 3. ``RecordEpisodeStatistics``: ``info["episode"] = {"r", "l", "t"}`` at the end of an episode.
 
+DeepMind Control ids (``dm_control/<domain>-<task>-v0``) come from shimmy through
+``envs.dmc.make_dmc`` in step 1: flattened observations, an action repeat (2 by default) and the
+episode length in decisions (500). ``action_repeat`` applies to any other id too (default 1).
+
 The env keeps the task's own observation and action units, exactly as ``gymnasium.make`` gives
 them, so an agent's ``predict`` means the same thing on ``make_env(id)`` and on ``gym.make(id)``
 (stable-baselines3's convention). The agent's internal view, actions in [-1, 1] and a fixed
@@ -24,11 +28,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import load_env_creator
-from gymnasium.wrappers import RecordEpisodeStatistics
+from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
+
+from envs.dmc import ActionRepeat, action_repeat_of, is_dmc, make_dmc, register_dmc
 
 __all__ = [
     "SUPPORTED_ENVS",
     "MUJOCO_ENVS",
+    "DMC_ENVS",
     "EnvError",
     "EnvInfo",
     "SeedFirstReset",
@@ -37,10 +44,16 @@ __all__ = [
 ]
 
 MUJOCO_ENVS: tuple[str, ...] = ("InvertedPendulum-v5", "HalfCheetah-v5")
+DMC_ENVS: tuple[str, ...] = (
+    "dm_control/pendulum-swingup-v0",
+    "dm_control/reacher-easy-v0",
+    "dm_control/cartpole-swingup-v0",
+)
 SUPPORTED_ENVS: tuple[str, ...] = (
     "Pendulum-v1",
     "MountainCarContinuous-v0",
     *MUJOCO_ENVS,
+    *DMC_ENVS,
     "PoincareDisk-v0",
     "PoincareDiskRandom-v0",
 )
@@ -61,7 +74,8 @@ class EnvInfo:
     env_id: str
     obs_dim: int
     action_dim: int
-    max_episode_steps: int | None  # None: the env never truncates by itself
+    max_episode_steps: int | None  # decisions; None: the env never truncates by itself
+    action_repeat: int = 1  # environment steps per decision
 
 
 class SeedFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -100,8 +114,35 @@ def _require_mujoco(env_id: str) -> None:
         ) from None
 
 
+def _make_dmc(env_id: str, render_mode: str | None, max_episode_steps: int | None,
+              action_repeat: int | None, env_kwargs: dict[str, Any]) -> gym.Env:  # fmt: skip
+    try:
+        register_dmc()
+    except ImportError as err:
+        raise EnvError(
+            f"{env_id} needs shimmy and dm-control, which are not installed ({err}); install "
+            "with pip install -e '.[dmc]'"
+        ) from None
+    if env_id not in gym.registry:
+        known = [e for e in gym.registry if is_dmc(e)]
+        close = difflib.get_close_matches(env_id, known, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise EnvError(
+            f"unknown DeepMind Control id {env_id!r}{hint}; tested: {', '.join(DMC_ENVS)}"
+        )
+    try:
+        return make_dmc(env_id, action_repeat=action_repeat, max_episode_steps=max_episode_steps,
+                        render_mode=render_mode, **env_kwargs)  # fmt: skip
+    except (TypeError, AssertionError) as err:  # shimmy asserts on the render mode
+        raise EnvError(f"bad argument for {env_id}: {str(err).splitlines()[0] or err!r}") from None
+
+
 def _validate_arguments(
-    env_id: str, seed: int | None, render_mode: str | None, max_episode_steps: int | None
+    env_id: str,
+    seed: int | None,
+    render_mode: str | None,
+    max_episode_steps: int | None,
+    action_repeat: int | None,
 ) -> None:
     if not isinstance(env_id, str):
         raise EnvError(f"env_id must be a string, got {type(env_id).__name__}; {_SUPPORTED_LINE}")
@@ -117,6 +158,10 @@ def _validate_arguments(
         )
     if render_mode is not None and not isinstance(render_mode, str):
         raise EnvError(f"render_mode must be a string or None, got {render_mode!r}")
+    if action_repeat is not None and (
+        isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1
+    ):
+        raise EnvError(f"action_repeat must be a positive int or None, got {action_repeat!r}")
 
 
 def make_env(
@@ -125,6 +170,7 @@ def make_env(
     *,
     render_mode: str | None = None,
     max_episode_steps: int | None = None,
+    action_repeat: int | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
     """Build ``env_id`` in the task's own units, with a seeded first reset and episode statistics
@@ -133,11 +179,33 @@ def make_env(
     ``seed`` seeds the first reset and the action and observation spaces, so the same seed gives
     the same first observation and the same trajectory under the same actions. ``env_kwargs``
     go to the environment's constructor (e.g. ``make_env("PoincareDisk-v0", preset=
-    "conservative", dt=0.05)``). Raises ``EnvError`` (a ``ValueError``, one line naming the
-    supported choices) for an unknown id, a non-Box action space, a missing optional dependency
-    or a bad argument.
+    "conservative", dt=0.05)``). ``action_repeat`` (None: 2 for DeepMind Control ids, else 1)
+    applies each action that many times; ``max_episode_steps`` then counts decisions. Raises
+    ``EnvError`` (a ``ValueError``, one line naming the supported choices) for an unknown id, a
+    non-Box action space, a missing optional dependency or a bad argument.
     """
-    _validate_arguments(env_id, seed, render_mode, max_episode_steps)
+    _validate_arguments(env_id, seed, render_mode, max_episode_steps, action_repeat)
+    if is_dmc(env_id):
+        env = _make_dmc(env_id, render_mode, max_episode_steps, action_repeat, env_kwargs)
+    else:
+        env = _make_gymnasium(env_id, render_mode, max_episode_steps, env_kwargs)
+        if action_repeat is not None and action_repeat > 1:
+            limit = env.spec.max_episode_steps if env.spec is not None else None
+            env = ActionRepeat(env, action_repeat)
+            if limit:  # the same end in decisions, so that spec.max_episode_steps counts them
+                env = TimeLimit(env, -(-limit // action_repeat))
+    _check_spaces(env, env_id)
+    if seed is not None:
+        env = SeedFirstReset(env, seed)
+    env = RecordEpisodeStatistics(env)
+    if seed is not None:
+        env.action_space.seed(seed)
+        env.observation_space.seed(seed)
+    return env
+
+
+def _make_gymnasium(env_id: str, render_mode: str | None, max_episode_steps: int | None,
+                    env_kwargs: dict[str, Any]) -> gym.Env:  # fmt: skip
     if env_id not in gym.registry:
         raise EnvError(_unknown_id_message(env_id))
     spec = gym.spec(env_id)
@@ -166,7 +234,10 @@ def make_env(
         raise EnvError(f"bad keyword argument for {env_id}: {str(err).splitlines()[0]}") from None
     except ValueError as err:  # configuration validation (e.g. PoincareDiskConfig)
         raise EnvError(f"bad configuration for {env_id}: {str(err).splitlines()[0]}") from None
+    return env
 
+
+def _check_spaces(env: gym.Env, env_id: str) -> None:
     if not isinstance(env.action_space, spaces.Box):
         env.close()
         raise EnvError(
@@ -184,13 +255,6 @@ def make_env(
         raise EnvError(
             f"{env_id} has unbounded actions {env.action_space}; the agent plans in a bounded box"
         )
-    if seed is not None:
-        env = SeedFirstReset(env, seed)
-    env = RecordEpisodeStatistics(env)
-    if seed is not None:
-        env.action_space.seed(seed)
-        env.observation_space.seed(seed)
-    return env
 
 
 def env_info(env: gym.Env) -> EnvInfo:
@@ -205,4 +269,5 @@ def env_info(env: gym.Env) -> EnvInfo:
         obs_dim=int(np.prod(obs_space.shape)),
         action_dim=int(np.prod(act_space.shape)),
         max_episode_steps=spec.max_episode_steps if spec is not None else None,
+        action_repeat=action_repeat_of(env),
     )

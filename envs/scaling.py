@@ -82,7 +82,8 @@ class BoundsAffineObservation(TransformObservation):
 def scale_spaces(env: gym.Env, seed: int | None = None) -> gym.Env:
     """The agent's view of ``env``: ``RescaleAction`` onto [-1, 1], then
     ``BoundsAffineObservation``; ``seed`` seeds the new action and observation spaces."""
-    env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))
+    with np.errstate(over="ignore"):  # gymnasium's Box casts float64 extremes (dm_control's
+        env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))  # float64 actions) to float32
     env = BoundsAffineObservation(env)
     if seed is not None:
         env.action_space.seed(seed)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set-up: install this package with its test and MuJoCo extras into the active Python environment.
+# Set-up: install this package with its test, MuJoCo and DeepMind Control extras into the active Python environment.
 #
 # torch: an already-installed torch (for example a CUDA build on a GPU machine) is kept as it is.
 # Otherwise the CPU build of torch 2.13.0 is installed first, so that resolving the package's
@@ -17,5 +17,5 @@ elif [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
     "$PY" -m pip install "torch==2.13.0"
 fi
-"$PY" -m pip install -e ".[dev,mujoco]"
+"$PY" -m pip install -e ".[dev,mujoco,dmc]"
 "$PY" -c "import torch; print('install.sh: torch', torch.__version__, '| CUDA build:', torch.version.cuda is not None)"
