@@ -452,12 +452,14 @@ class Agent:
         device: str | None = None,
         progress: bool = False,
         overrides: dict[str, Any] | None = None,
+        trainer_cls: type[Trainer] = Trainer,
     ) -> Trainer:
         """Continue the run saved in `run_dir`: the agent from its checkpoint, and its Trainer
-        with the loop and random-generator state (Trainer.restore), whose TensorBoard writer
-        purges whatever was logged after the checkpoint. `overrides` as in `load`."""
+        (`trainer_cls`, a Trainer subclass such as agent.compare's measured one) with the loop
+        and random-generator state (Trainer.restore), whose TensorBoard writer purges whatever
+        was logged after the checkpoint. `overrides` as in `load`."""
         path = Path(run_dir) / CHECKPOINT_NAME
         state = load_checkpoint(path, required=("config", "agent", "loop", "rng"))
         agent = cls._from_state(state, path, None, device, overrides or {})
-        agent._trainer = Trainer.restore(agent, run_dir, state, progress=progress)
+        agent._trainer = trainer_cls.restore(agent, run_dir, state, progress=progress)
         return agent._trainer

@@ -3,6 +3,7 @@
     python -m agent.compare --env Pendulum-v1 --seeds 3          # geodesic vs GRU vs SAC
     python -m agent.compare --seeds 1 --steps 2000 --at 500 1000 --no-sac
     python -m agent.compare --world-models gru --config tuned.toml --out runs/tuned
+    python -m agent.compare --resume runs/tuned      # continue an interrupted comparison
     tensorboard --logdir runs/compare__Pendulum-v1__1760000000
 
 What is trained, measured and written (results.json, learning_curves.png, one TensorBoard run
@@ -12,18 +13,22 @@ only: flags, then agent.comparison's calls.
 A `--config` file applies by section, as `agent.train` applies it; [dynamics] keys go to every
 world model, a sub-table [dynamics.NAME] to world model NAME only (their keys differ). Bad input:
 one line on stderr, exit 2. Ctrl-C: the run in progress stops at its next step, results.json
-keeps everything finished, exit 130.
+keeps everything finished, exit 130. `--resume OUT` continues the comparison in OUT with its
+own settings (from OUT/results.json): finished runs are kept, an agent's run continues from its
+last checkpoint, SAC's from its last evaluation point.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from agent.cli import OneLineParser
 from agent.comparison.config import DEFAULT_WORLD_MODELS, CompareConfig
 from agent.comparison.report import format_table
-from agent.comparison.results import Comparison
+from agent.comparison.results import RESULTS_FORMAT, Comparison
 from agent.comparison.runner import output_dir, preflight, run_comparison, write_progress
 from agent.config import ConfigError, TrainConfig, load_config_file
 from agent.runs import run_metadata
@@ -74,7 +79,8 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
         default=None,
         metavar="STEP",
         help="evaluate at these env "
-        "steps, and at --steps (default: 1000 2500 5000 below --steps, and --steps)",
+        "steps, and at --steps (default: every train.eval_every of the --config file, else "
+        "1000 2500 5000 below --steps, and --steps)",
     )
     parser.add_argument(
         "--world-models",
@@ -116,6 +122,13 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
         metavar="FILE",
         help="JSON or TOML file of RunConfig overrides by section, as agent.train takes it",
     )
+    parser.add_argument(
+        "--resume",
+        default=None,
+        metavar="OUT",
+        help="continue the comparison in OUT with its own settings (every other flag must be "
+        "left out): finished runs are kept, the others continue from their last checkpoint",
+    )
     return parser
 
 
@@ -129,11 +142,15 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
         steps = max(args.at)
     else:
         steps = train.get("steps", TrainConfig.steps)
+    points = tuple(args.at or ())
+    every = train.get("eval_every", 0)
+    if not points and isinstance(every, int) and not isinstance(every, bool) and every > 0:
+        points = tuple(range(every, steps + 1, every))  # the config file's evaluation interval
     return CompareConfig(
         env_id=args.env or train.get("env_id", TrainConfig.env_id),
         seeds=args.seeds,
         steps=steps,
-        points=tuple(args.at or ()),
+        points=points,
         world_models=tuple(args.world_models),
         sac=args.sac,
         episodes=args.episodes,
@@ -142,14 +159,37 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     )
 
 
+def resumed_config(args: argparse.Namespace, argv: list[str]) -> tuple[CompareConfig, Path]:
+    """The settings of the comparison in --resume OUT, and OUT; ConfigError if there is none or
+    another flag tries to change it."""
+    others = [a for a in argv if a.startswith("--") and a.split("=")[0] != "--resume"]
+    if others:
+        raise ConfigError(f"--resume takes the comparison's own settings; leave out {others[0]}")
+    out = Path(args.resume)
+    path = out / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"--resume {args.resume!r}: no comparison there (no results.json)")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--resume {args.resume!r}: results.json is not valid ({err})") from None
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        raise ConfigError(f"--resume {args.resume!r}: results.json is not a comparison's")
+    return CompareConfig.from_dict(data), out
+
+
 def run_from_args(
     args: argparse.Namespace, argv: list[str], prog: str = PROG
 ) -> tuple[int, Comparison | None]:
     """Validate, run, print the table; (exit code, the comparison or None on bad input)."""
     try:
-        config = config_from_args(args)
+        if args.resume is not None:
+            config, out = resumed_config(args, argv)
+        else:
+            config = config_from_args(args)
+            out = None
         preflight(config)
-        out = output_dir(args.out, config.env_id)
+        out = out or output_dir(args.out, config.env_id)
     except (ConfigError, EnvError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2, None
@@ -161,7 +201,7 @@ def run_from_args(
         f"evaluations at {', '.join(map(str, config.points))} steps; output in {out}"
     )
     try:
-        comparison = run_comparison(config, out, meta=meta)
+        comparison = run_comparison(config, out, meta=meta, resume=args.resume is not None)
     except KeyboardInterrupt:  # a second Ctrl-C while the results were written
         print(f"{prog}: interrupted; results so far in {out / 'results.json'}", file=sys.stderr)
         return 130, None

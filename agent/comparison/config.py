@@ -135,6 +135,25 @@ class CompareConfig:
             )
             raise ConfigError(f"world model {world_model!r}: {err}{hint}") from None
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
+        """The comparison `to_dict` describes (a results.json), validated again."""
+        try:
+            methods = list(data["methods"])
+            return cls(
+                env_id=data["env_id"],
+                seeds=len(data["seeds"]),
+                steps=data["steps"],
+                points=tuple(data["points"]),
+                world_models=tuple(m for m in methods if m != SAC),
+                sac=SAC in methods,
+                episodes=data["episodes"],
+                overrides=data.get("overrides", {}),
+                reference=data.get("reference"),
+            )
+        except (KeyError, TypeError) as err:
+            raise ConfigError(f"not a comparison's results ({type(err).__name__}: {err})") from None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "env_id": self.env_id,

@@ -4,6 +4,14 @@
 
 Training time excludes evaluation, checkpoints and diagnostics. A Ctrl-C stops the run in
 progress at its next step; results.json keeps everything finished.
+
+Resuming (`run_comparison(..., resume=True)`, `agent.compare --resume OUT`): every run keeps its
+record in its folder (RUN_RECORD, rewritten after each evaluation); a finished run is skipped, an
+agent's run continues from its last checkpoint (written at episode ends, so the continuation is
+the uninterrupted run's: agent/loop.py) with its training clock saved in the checkpoint, and
+SAC continues from the model and replay buffer saved at its last evaluation point (SB3's
+save/load; its continuation is valid, not bit-identical). A kill loses at most one checkpoint
+interval of an agent's run, one evaluation interval of SAC's.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +35,12 @@ from agent.comparison.report import count, plot_learning_curves
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.config import ConfigError
 from agent.loop import Trainer
-from agent.runs import fresh_dir, run_dir_name
+from agent.runs import CHECKPOINT_NAME, fresh_dir, run_dir_name
 from envs import make_env
 from envs.scaling import scale_spaces
 
 __all__ = [
+    "RUN_RECORD",
     "output_dir",
     "preflight",
     "run_comparison",
@@ -57,14 +67,38 @@ class _Clock:
         self.cpu += time.process_time() - cpu
 
 
+RUN_RECORD = "compare_run.json"
+SAC_MODEL, SAC_REPLAY = "sac_model.zip", "sac_replay_buffer.pkl"
+
+
 class _MeasuredTrainer(Trainer):
     """A Trainer that clocks evaluation, checkpoints and diagnostics apart from training
-    (`bookkeeping`) and keeps the returns of its latest evaluation."""
+    (`bookkeeping`), keeps the returns of its latest evaluation, and carries its training
+    clock through checkpoints (`train_clock`)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.bookkeeping = _Clock()
         self.last_returns: np.ndarray | None = None
+        self._start = (time.perf_counter(), time.process_time())
+        self._offset = (0.0, 0.0)  # training (wall, cpu) seconds before this process
+
+    def train_clock(self) -> tuple[float, float]:
+        """Training wall and CPU seconds so far, evaluation, checkpoints and diagnostics
+        excluded, across resumes."""
+        wall = self._offset[0] + time.perf_counter() - self._start[0] - self.bookkeeping.wall
+        cpu = self._offset[1] + time.process_time() - self._start[1] - self.bookkeeping.cpu
+        return wall, cpu
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "compare_clock": list(self.train_clock())}
+
+    @classmethod
+    def restore(cls, agent: Agent, run_dir, state: dict[str, Any], *, progress: bool = False):
+        trainer = super().restore(agent, run_dir, state, progress=progress)
+        wall, cpu = state.get("compare_clock", (0.0, 0.0))
+        trainer._offset = (float(wall), float(cpu))
+        return trainer
 
     def evaluate(self, episodes: int | None = None) -> np.ndarray:
         with self.bookkeeping:
@@ -90,25 +124,32 @@ def train_agent(
     seed: int,
     run_dir: Path,
     on_point: Callable[[PointResult], bool | None],
+    *,
+    resume: bool = False,
 ) -> str:
     """Train the agent with `world_model` on `seed` to config.steps, logging to `run_dir`, and
     hand each evaluation point to `on_point` (which returns False to stop the run there, e.g.
-    at a target return). Returns the Trainer's status ('done', 'stopped' by on_point, or
+    at a target return). `resume`: continue from run_dir's checkpoint (points up to its step
+    are not evaluated again). Returns the Trainer's status ('done', 'stopped' by on_point, or
     'interrupted': a Ctrl-C stops at the next step); a checkpoint is written in every case."""
     run_config = config.run_config(world_model, seed)
-    agent = Agent(None, run_config)
-    (run_dir / "config.json").write_text(json.dumps(run_config.to_dict(), indent=2))
-    trainer = _MeasuredTrainer(agent, run_dir, progress=run_config.train.progress)
-    pending = list(config.points)
-    start_wall, start_cpu = time.perf_counter(), time.process_time()
+    if resume and (run_dir / CHECKPOINT_NAME).is_file():
+        trainer = Agent.resume(
+            run_dir, progress=run_config.train.progress, trainer_cls=_MeasuredTrainer
+        )
+        agent = trainer.agent
+    else:
+        agent = Agent(None, run_config)
+        (run_dir / "config.json").write_text(json.dumps(run_config.to_dict(), indent=2))
+        trainer = _MeasuredTrainer(agent, run_dir, progress=run_config.train.progress)
+    pending = [p for p in config.points if p > agent.num_timesteps]
 
     def at_point(trainer: _MeasuredTrainer) -> bool:
         if not pending or agent.num_timesteps != pending[0]:
             return True
         step = pending.pop(0)
-        clock, timing = trainer.bookkeeping, dict(agent.timing)
-        train_s = time.perf_counter() - start_wall - clock.wall
-        train_cpu_s = time.process_time() - start_cpu - clock.cpu
+        timing = dict(agent.timing)
+        train_s, train_cpu_s = trainer.train_clock()
         eval_start = time.perf_counter()
         trainer.evaluate_and_log()  # logged as eval/mean_return at this step
         go_on = on_point(
@@ -150,11 +191,14 @@ def train_sac(
     seed: int,
     run_dir: Path,
     on_point: Callable[[PointResult], bool | None],
+    *,
+    resume_from: PointResult | None = None,
 ) -> str:
     """SB3's SAC("MlpPolicy") with its default settings on `seed`, on the agents' env (same
-    episode limit) and threads setting, evaluated on the same episodes and handed to
-    `on_point` (False stops the run there); TensorBoard logs in `run_dir`. Returns 'done',
-    'stopped' or 'interrupted' (Ctrl-C)."""
+    episode limit, action repeat) and threads setting, evaluated on the same episodes and handed
+    to `on_point` (False stops the run there); TensorBoard logs in `run_dir`. The model and its
+    replay buffer are saved at every point; `resume_from` (the last point recorded) continues
+    from them. Returns 'done', 'stopped' or 'interrupted' (Ctrl-C)."""
     from stable_baselines3 import SAC as SoftActorCritic
     from stable_baselines3.common.logger import configure
 
@@ -163,14 +207,20 @@ def train_sac(
         torch.set_num_threads(1)
     # the agents' own view (actions in [-1, 1], fixed observation scaling), so that SAC sees
     # exactly the inputs the world models see
-    env = scale_spaces(make_env(tc.env_id, seed=seed, max_episode_steps=tc.max_episode_steps), seed)
-    eval_env = scale_spaces(make_env(tc.env_id, max_episode_steps=tc.max_episode_steps))
-    model = SoftActorCritic("MlpPolicy", env, seed=seed, verbose=0)
+    kwargs = {"max_episode_steps": tc.max_episode_steps, "action_repeat": tc.action_repeat}
+    env = scale_spaces(make_env(tc.env_id, seed=seed, **kwargs), seed)
+    eval_env = scale_spaces(make_env(tc.env_id, **kwargs))
+    if resume_from is not None and (run_dir / SAC_MODEL).is_file():
+        model = SoftActorCritic.load(run_dir / SAC_MODEL, env=env)
+        model.load_replay_buffer(run_dir / SAC_REPLAY)
+        trained = model.num_timesteps  # resume_from's step unless killed between the two saves
+        train_s, train_cpu_s = resume_from.train_s, resume_from.train_cpu_s
+    else:
+        model = SoftActorCritic("MlpPolicy", env, seed=seed, verbose=0)
+        trained, train_s, train_cpu_s = 0, 0.0, 0.0
     model.set_logger(configure(str(run_dir), ["tensorboard"]))
-    train_s = train_cpu_s = 0.0
-    trained = 0
     try:
-        for step in config.points:
+        for step in (p for p in config.points if p > trained):
             with _Clock() as clock:
                 model.learn(step - trained, reset_num_timesteps=trained == 0)
             trained = step
@@ -185,6 +235,7 @@ def train_sac(
                     step, [float(r) for r in returns], train_s, train_cpu_s, eval_clock.wall
                 )
             )
+            _save_sac(model, run_dir)
             if go_on is False:  # as train_agent: the callback stops the run here
                 return "stopped"
     except KeyboardInterrupt:
@@ -194,6 +245,14 @@ def train_sac(
         env.close()
         eval_env.close()
     return "done"
+
+
+def _save_sac(model: Any, run_dir: Path) -> None:
+    """The model and replay buffer, each written to a temporary name and renamed into place."""
+    for name, save in ((SAC_MODEL, model.save), (SAC_REPLAY, model.save_replay_buffer)):
+        tmp = run_dir / f".tmp-{os.getpid()}-{name}"
+        save(tmp)
+        os.replace(tmp, run_dir / name)
 
 
 def write_progress(line: str) -> None:
@@ -210,38 +269,82 @@ def _point_line(done: int, total: int, method: str, seed: int, point: PointResul
     )
 
 
+def _save_record(run: MethodRun) -> None:
+    """RUN_RECORD in the run's folder, written atomically: what a resume reads."""
+    path = Path(run.run_dir) / RUN_RECORD
+    tmp = path.with_name(f".{RUN_RECORD}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(asdict(run), indent=1))
+    os.replace(tmp, path)
+
+
+def _load_records(runs_dir: Path) -> dict[tuple[str, int], MethodRun]:
+    """(method, seed) -> the run recorded under runs_dir (the latest folder of each)."""
+    records = {}
+    for path in sorted(runs_dir.glob(f"*/{RUN_RECORD}")):
+        data = json.loads(path.read_text())
+        run = MethodRun(data["method"], int(data["seed"]), data["run_dir"], data["status"])
+        run.points = [PointResult(**point) for point in data["points"]]
+        records[(run.method, run.seed)] = run
+    return records
+
+
+def _resumable(run: MethodRun) -> bool:
+    saved = SAC_MODEL if run.method == SAC else CHECKPOINT_NAME
+    return (Path(run.run_dir) / saved).is_file()
+
+
 def run_comparison(
     config: CompareConfig,
     out: str | Path,
     *,
     meta: dict[str, Any] | None = None,
     report: Callable[[str], None] = write_progress,
+    resume: bool = False,
 ) -> Comparison:
     """Train every method on every seed (seed by seed), evaluating at config.points; results.json
     is rewritten after every evaluation and learning_curves.png drawn at the end. A Ctrl-C ends
-    the comparison with status 'interrupted' and keeps everything finished."""
+    the comparison with status 'interrupted' and keeps everything finished. `resume`: continue
+    the comparison in `out` (module docstring): finished runs are kept, the others continue."""
     comparison = Comparison(config, Path(out), meta=dict(meta or {}))
+    if resume and comparison.results_path.is_file():  # the first start's metadata stays
+        before = json.loads(comparison.results_path.read_text()).get("meta", {})
+        resumes = [*before.get("resumed", []), comparison.meta]
+        comparison.meta = {**before, "resumed": resumes}
     comparison.meta["load_average_before"] = os.getloadavg()
     runs_dir = comparison.out / "runs"
+    records = _load_records(runs_dir) if resume else {}
     total = len(config.seed_list) * len(config.methods) * len(config.points)
     try:
         for seed in config.seed_list:
             for method in config.methods:
-                run_dir = fresh_dir(runs_dir / run_dir_name(config.env_id, method, seed))
-                run = MethodRun(method, seed, str(run_dir))
+                run = records.get((method, seed))
+                if run is not None and run.status != "done" and not _resumable(run):
+                    run = None  # killed before its first checkpoint: start again, elsewhere
+                if run is None:
+                    run_dir = fresh_dir(runs_dir / run_dir_name(config.env_id, method, seed))
+                    run = MethodRun(method, seed, str(run_dir))
                 comparison.runs.append(run)
-                report(f"{method} seed {seed}: training to {config.steps} steps in {run_dir}")
+                if run.status == "done":
+                    continue
+                run_dir = Path(run.run_dir)
+                verb = "continuing from its last checkpoint" if run.points else "training"
+                report(f"{method} seed {seed}: {verb} to {config.steps} steps in {run_dir}")
 
                 def on_point(point: PointResult, run: MethodRun = run) -> None:
-                    run.points.append(point)
+                    run.points = [p for p in run.points if p.step < point.step] + [point]
+                    _save_record(run)
                     comparison.save()
                     done = sum(len(r.points) for r in comparison.runs)
                     report(_point_line(done, total, run.method, run.seed, point))
 
+                run.status = "running"
+                _save_record(run)
                 if method == SAC:
-                    run.status = train_sac(config, seed, run_dir, on_point)
+                    last = run.points[-1] if resume and run.points else None
+                    run.status = train_sac(config, seed, run_dir, on_point, resume_from=last)
                 else:
-                    run.status = train_agent(config, method, seed, run_dir, on_point)
+                    run.status = train_agent(config, method, seed, run_dir, on_point, resume=resume)
+                _save_record(run)
                 comparison.save()
                 if run.status == "interrupted":
                     raise KeyboardInterrupt
@@ -251,6 +354,7 @@ def run_comparison(
         for run in comparison.runs:
             if run.status == "running":
                 run.status = "interrupted"
+                _save_record(run)
     finally:
         comparison.meta["load_average_after"] = os.getloadavg()
         comparison.meta["torch_threads"] = torch.get_num_threads()

@@ -1,0 +1,106 @@
+"""`agent.compare --resume`: a comparison killed with SIGKILL mid-run continues from its run
+records and checkpoints, and ends with the results, buffer and weights of an uninterrupted
+comparison of the same settings; SAC continues from its last evaluation point."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent import compare
+from agent.checkpoint import load_checkpoint
+from agent.runs import CHECKPOINT_NAME
+from tests.agent.conftest import call_main, tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _settings(config: Path) -> list[str]:
+    return ["--seeds", "1", "--steps", "300", "--at", "100", "200", "--episodes", "1",
+            "--config", str(config)]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_killed_comparison_resumes_to_the_uninterrupted_result(tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny(train={"checkpoint_every": 50})))
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.compare", "--world-models", "gru", *_settings(config),
+         "--out", str(out)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:  # the GRU's first point and a later checkpoint exist
+            records = list(out.glob("runs/*__gru__*/compare_run.json"))
+            if records and json.loads(records[0].read_text())["points"]:
+                state = load_checkpoint(records[0].parent / CHECKPOINT_NAME)
+                if state["agent"]["counters"]["num_timesteps"] > 100:
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no checkpoint after the first point within 300 s")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = json.loads(records[0].read_text())
+    assert killed_at["status"] == "running" and killed_at["points"][0]["step"] == 100
+
+    code, err, _ = call_main(compare.main, ["--resume", str(out)], capsys)
+    assert code == 0, err
+    assert any("continuing from its last checkpoint" in line for line in err)
+    fresh = tmp_path / "fresh"
+    code, err, _ = call_main(
+        compare.main, ["--world-models", "gru", *_settings(config), "--out", str(fresh)], capsys
+    )
+    assert code == 0, err
+
+    resumed, uninterrupted = (json.loads((d / "results.json").read_text()) for d in (out, fresh))
+    assert resumed["status"] == "done" and len(resumed["meta"]["resumed"]) == 1
+    by_method = lambda results: {r["method"]: r for r in results["runs"]}  # noqa: E731
+    a, b = by_method(resumed), by_method(uninterrupted)
+    assert set(a) == {"gru", "sac"}
+    for method in ("gru", "sac"):
+        assert a[method]["status"] == "done"
+        assert [p["step"] for p in a[method]["points"]] == [100, 200, 300]
+    # the agent: the same returns at every point, the same buffer and weights at the end
+    assert [p["returns"] for p in a["gru"]["points"]] == [p["returns"] for p in b["gru"]["points"]]
+    assert a["gru"]["points"][-1]["train_s"] > a["gru"]["points"][0]["train_s"] > 0
+    mine, theirs = (
+        load_checkpoint(Path(r["gru"]["run_dir"]) / CHECKPOINT_NAME)["agent"] for r in (a, b)
+    )
+    for key in ("obs", "action", "reward", "next_obs"):
+        assert np.array_equal(mine["buffer"][key], theirs["buffer"][key]), key
+    for name, tensor in theirs["model"].items():
+        assert np.array_equal(mine["model"][name], tensor), name
+
+    # nothing left to do: a second resume trains nothing and keeps every number
+    code, err, _ = call_main(compare.main, ["--resume", str(out)], capsys)
+    assert code == 0 and not any("steps in" in line for line in err)
+    again = json.loads((out / "results.json").read_text())
+    assert again["runs"] == resumed["runs"]
+
+
+def test_resume_refuses_other_flags_and_foreign_folders(tmp_path, capsys):
+    code, err, _ = call_main(compare.main, ["--resume", str(tmp_path)], capsys)
+    assert code == 2 and err == [
+        f"python -m agent.compare: error: --resume {str(tmp_path)!r}: no comparison there "
+        "(no results.json)"
+    ]
+    (tmp_path / "results.json").write_text('{"format": "something else"}')
+    code, err, _ = call_main(compare.main, ["--resume", str(tmp_path)], capsys)
+    assert code == 2 and "is not a comparison's" in err[0]
+    code, err, _ = call_main(compare.main, ["--resume", str(tmp_path), "--seeds", "2"], capsys)
+    assert code == 2 and err[0].endswith("leave out --seeds") and len(err) == 1
