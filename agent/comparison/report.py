@@ -28,8 +28,9 @@ def format_table(comparison: Comparison) -> str:
     first, last = config.train.eval_seed, config.train.eval_seed + config.episodes - 1
     header = (
         f"{config.env_id}: {count(config.seeds, 'seed')} x {config.episodes} deterministic "
-        f"evaluation episodes (seeds {first}..{last}); return: mean ± std over seeds of each "
-        "seed's mean; "
+        f"evaluation episodes (seeds {first}..{last}); return: mean ± standard error over seeds "
+        "of each seed's mean; episode s.e.: the standard error of one seed's mean over its "
+        "episodes (mean over seeds); "
         "training s: wall time to the point without evaluation (mean over seeds)"
     )
     columns = [
@@ -37,6 +38,7 @@ def format_table(comparison: Comparison) -> str:
         "env steps",
         "return",
         "per seed",
+        "episode s.e.",
         "training s",
         "x SAC",
         "plan ms",
@@ -46,8 +48,9 @@ def format_table(comparison: Comparison) -> str:
         [
             row.method,
             str(row.step),
-            f"{row.mean:.1f} ± {row.std:.1f}",
+            f"{row.mean:.1f}" + ("" if row.sem is None else f" ± {row.sem:.1f}"),
             ", ".join(f"{v:.0f}" for v in row.per_seed.values()),
+            _fmt(row.episode_sem, ".1f"),
             f"{row.train_s:.1f}",
             _fmt(row.ratio_to_sac, ".2f", "x"),
             _fmt(row.plan_ms, ".1f"),
@@ -88,7 +91,8 @@ def _paired_table(comparison: Comparison) -> list[str]:
 
 def plot_learning_curves(comparison: Comparison) -> Path | None:
     """learning_curves.png: each method's mean return over seeds against env steps, with a
-    +- std band (matplotlib's Agg canvas, no display). None when no point has finished."""
+    +- standard-error band over seeds (matplotlib's Agg canvas, no display). None when no
+    point has finished."""
     rows = comparison.summary()
     if not rows:
         return None
@@ -103,13 +107,14 @@ def plot_learning_curves(comparison: Comparison) -> Path | None:
         if not mine:
             continue
         steps = np.array([r.step for r in mine])
-        mean, std = np.array([r.mean for r in mine]), np.array([r.std for r in mine])
+        mean = np.array([r.mean for r in mine])
+        std = np.array([r.sem or 0.0 for r in mine])
         seeds = max(len(r.per_seed) for r in mine)
         (curve,) = ax.plot(steps, mean, marker="o", label=f"{method} ({count(seeds, 'seed')})")
         ax.fill_between(steps, mean - std, mean + std, color=curve.get_color(), alpha=0.2)
     config = comparison.config
     ax.set_xlabel("env steps")
-    ax.set_ylabel(f"eval return (mean ± std over seeds, {config.episodes} episodes each)")
+    ax.set_ylabel(f"eval return (mean ± s.e. over seeds, {config.episodes} episodes each)")
     ax.set_title(f"{config.env_id}" + (" (interrupted)" if comparison.status != "done" else ""))
     ax.grid(alpha=0.3)
     ax.legend()

@@ -77,6 +77,11 @@ class SummaryRow:
     """mean over seeds of each seed's mean return"""
     std: float
     """standard deviation over seeds of each seed's mean return (0 with one seed)"""
+    sem: float | None
+    """standard error of `mean` over seeds, std(ddof=1) / sqrt(seeds) (None with one seed)"""
+    episode_sem: float | None
+    """standard error of a seed's mean return over its evaluation episodes, mean over seeds
+    (None with one episode): how well the episodes pin each seed's number down"""
     per_seed: dict[int, float]
     train_s: float
     """training wall seconds to this step, mean over seeds"""
@@ -105,6 +110,11 @@ class PairedRow:
     """percentile-bootstrap 95% interval of the mean difference over seeds (None with one
     seed): an interval that holds 0 says these seeds do not tell the two methods apart"""
     ci_high: float | None
+
+
+def _sem(values: np.ndarray) -> float | None:
+    """std(ddof=1) / sqrt(n) of [n] values; None for n < 2."""
+    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else None
 
 
 @dataclass
@@ -141,6 +151,7 @@ class Comparison:
                 if not reached:
                     continue
                 per_seed = {seed: point.mean for seed, point in reached}
+                means = np.array(list(per_seed.values()))  # [seeds]
                 train_s = float(np.mean([point.train_s for _, point in reached]))
                 sac = self.points_of(SAC, step) if method != SAC else []
                 sac_s = float(np.mean([point.train_s for _, point in sac])) if sac else None
@@ -149,7 +160,9 @@ class Comparison:
                         method=method,
                         step=step,
                         mean=float(np.mean(list(per_seed.values()))),
-                        std=float(np.std(list(per_seed.values()))),
+                        std=float(np.std(means)),
+                        sem=_sem(means),
+                        episode_sem=mean_or_none([_sem(np.array(p.returns)) for _, p in reached]),
                         per_seed=per_seed,
                         train_s=train_s,
                         ratio_to_sac=train_s / sac_s if sac_s else None,

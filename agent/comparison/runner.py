@@ -260,11 +260,15 @@ def write_progress(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
+def _sem(returns: np.ndarray) -> float:
+    return float(returns.std(ddof=1) / np.sqrt(returns.size)) if returns.size > 1 else 0.0
+
+
 def _point_line(done: int, total: int, method: str, seed: int, point: PointResult) -> str:
     returns = np.asarray(point.returns)
     return (
         f"[{done}/{total}] {method} seed {seed} @ {point.step} steps: return "
-        f"{returns.mean():.1f} ± {returns.std():.1f} over {count(returns.size, 'episode')} "
+        f"{returns.mean():.1f} ± {_sem(returns):.1f} (s.e.) over {count(returns.size, 'episode')} "
         f"(training {point.train_s:.1f} s, evaluation {point.eval_s:.1f} s)"
     )
 

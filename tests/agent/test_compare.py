@@ -139,7 +139,10 @@ def test_geodesic_gru_and_sac_side_by_side(tmp_path):
     assert "Paired by seed against gru" in table
     for method in ("geodesic", "gru", "sac"):
         row = summary[(method, 150)]
-        assert f"| {method}" in table and f"{row['mean']:.1f} ± 0.0" in table
+        assert f"| {method}" in table and f"| {row['mean']:.1f} |" in table  # one seed: no s.e.
+        assert row["sem"] is None
+        point = next(p for p in runs[method]["points"] if p["step"] == 150)
+        assert row["episode_sem"] == pytest.approx(np.std(point["returns"], ddof=1) / np.sqrt(2))
     assert f"results: {out / 'results.json'}" in table
 
     image = imread(out / "learning_curves.png")
@@ -324,7 +327,8 @@ def test_results_hold_no_non_finite_numbers_for_sac_only_columns(tmp_path):
     data = json.loads(comparison.save().read_text(), parse_constant=pytest.fail)
     (row,) = data["summary"]
     assert row["ratio_to_sac"] is None and row["mean"] == -6.0 and math.isfinite(row["train_s"])
-    assert "| gru    | 10        | -6.0 ± 0.0 |" in format_table(comparison)
+    assert row["sem"] is None and row["episode_sem"] == pytest.approx(1.0)  # std 1.41 / sqrt 2
+    assert "| gru    | 10        | -6.0   | -6       | 1.0          |" in format_table(comparison)
 
 
 def _comparison_with(tmp_path, means: dict[str, dict[int, float]], **config) -> Comparison:
@@ -389,3 +393,11 @@ def test_reference_defaults_to_the_gru_and_must_be_compared():
     assert CompareConfig(steps=10, reference="sac").reference == "sac"
     with pytest.raises(ConfigError, match="--reference 'sac' is not compared here"):
         CompareConfig(world_models=("gru",), sac=False, steps=10, reference="sac")
+
+
+def test_summary_standard_errors_over_seeds_and_over_episodes(tmp_path):
+    comparison = _comparison_with(tmp_path, {"gru": {1: 1.0, 2: 2.0, 3: 6.0}}, sac=False)
+    (row,) = comparison.summary()
+    assert row.sem == pytest.approx(np.std([1.0, 2.0, 6.0], ddof=1) / np.sqrt(3))  # 1.53
+    assert row.episode_sem == pytest.approx(1.0)  # each seed: [m - 1, m + 1]
+    assert f"| 3.0 ± {row.sem:.1f} |" in format_table(comparison)
