@@ -40,13 +40,13 @@ def run_episodes(
 ) -> np.ndarray:
     """Returns [episodes] of episodes reset with seeds seed + k: on a vector env in waves of
     its num_envs (a last, smaller wave leaves the extra envs' steps uncounted), else one after
-    the other (a batch of one for the policy). Single env only: `on_frame(k, frame)` receives
-    env.render() after every reset and step, `on_step(k, obs, action, reward, next_obs)` every
-    transition of episode k."""
+    the other (a batch of one for the policy). `on_step(k, obs, action, reward, next_obs)`
+    receives every transition of episode k; single env only: `on_frame(k, frame)` receives
+    env.render() after every reset and step."""
     if isinstance(env, gym.vector.VectorEnv):
-        if on_frame is not None or on_step is not None:
-            raise ValueError("run_episodes: on_frame and on_step need a single env")
-        return _run_waves(policy, env, episodes, seed)
+        if on_frame is not None:
+            raise ValueError("run_episodes: on_frame needs a single env")
+        return _run_waves(policy, env, episodes, seed, on_step)
     returns = np.zeros(episodes)
     start = np.ones(1, dtype=bool)
     for k in range(episodes):
@@ -69,7 +69,11 @@ def run_episodes(
 
 
 def _run_waves(
-    policy: BatchedPolicy, envs: gym.vector.VectorEnv, episodes: int, seed: int
+    policy: BatchedPolicy,
+    envs: gym.vector.VectorEnv,
+    episodes: int,
+    seed: int,
+    on_step: Callable[[int, np.ndarray, np.ndarray, float, np.ndarray], None] | None = None,
 ) -> np.ndarray:
     """The episodes on a vector env, num_envs at a time; an env's steps after its episode ended
     (an autoreset, or the spare envs of the last wave) are not counted."""
@@ -83,7 +87,12 @@ def _run_waves(
         policy.reset(np.ones(n, dtype=bool), seeds)
         active = counted.copy()
         while active.any():
-            obs, rewards, terminated, truncated, _ = envs.step(policy(np.asarray(obs)))
+            actions = policy(np.asarray(obs))
+            next_obs, rewards, terminated, truncated, _ = envs.step(actions)
+            if on_step is not None:  # next-step autoreset: next_obs is the episode's last one
+                for i in np.flatnonzero(active):
+                    on_step(int(ks[i]), obs[i], actions[i], float(rewards[i]), next_obs[i])
+            obs = next_obs
             returns[ks[active]] += np.asarray(rewards, dtype=np.float64)[active]
             active &= ~(np.asarray(terminated) | np.asarray(truncated))
     return returns

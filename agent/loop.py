@@ -268,18 +268,18 @@ class Trainer:
         return f"the last good checkpoint (env step {self.last_checkpoint}) is kept: {path}"
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, episodes: int | None = None) -> np.ndarray:
+    def evaluate(self, episodes: int | None = None, on_step: Callable | None = None) -> np.ndarray:
         """Returns of `episodes` deterministic episodes reset with the fixed seeds
         eval_seed + k, all planned in one batch on a vector env of their own (each episode with
         a fresh planner and a generator seeded by its seed: agent/episodes.py): evaluation never
-        touches the training run's random streams."""
+        touches the training run's random streams. `on_step` as in run_episodes."""
         episodes = episodes or self.cfg.eval_episodes
         if self.eval_env is None or self.eval_env.num_envs != episodes:
             if self.eval_env is not None:
                 self.eval_env.close()
             self.eval_env = make_run_vector_env(self.agent.config, episodes)
         seed = self.cfg.eval_seed
-        return run_episodes(self.agent.policy(seed), self.eval_env, episodes, seed)
+        return run_episodes(self.agent.policy(seed), self.eval_env, episodes, seed, on_step=on_step)
 
     def evaluate_and_log(self) -> tuple[float, float]:
         start = time.perf_counter()

@@ -11,7 +11,7 @@ import numpy as np
 from agent.cli import markdown_table
 from agent.comparison.results import Comparison
 
-__all__ = ["count", "format_table", "plot_learning_curves"]
+__all__ = ["count", "format_table", "plot_learning_curves", "plot_prediction_error"]
 
 
 def count(n: int, noun: str) -> str:
@@ -31,7 +31,9 @@ def format_table(comparison: Comparison) -> str:
         f"evaluation episodes (seeds {first}..{last}); return: mean ± standard error over seeds "
         "of each seed's mean; episode s.e.: the standard error of one seed's mean over its "
         "episodes (mean over seeds); "
-        "training s: wall time to the point without evaluation (mean over seeds)"
+        "training s: wall time to the point without evaluation (mean over seeds); open-loop "
+        "err: the world model's normalised RMS error at 1, 10 and 50 steps on the evaluation "
+        "episodes (1 = predicting each coordinate's mean)"
     )
     columns = [
         "method",
@@ -43,6 +45,7 @@ def format_table(comparison: Comparison) -> str:
         "x SAC",
         "plan ms",
         "update ms",
+        "open-loop err 1/10/50",
     ]
     rows = [
         [
@@ -55,12 +58,20 @@ def format_table(comparison: Comparison) -> str:
             _fmt(row.ratio_to_sac, ".2f", "x"),
             _fmt(row.plan_ms, ".1f"),
             _fmt(row.update_ms, ".1f"),
+            _curve_cells(row.open_loop_error),
         ]
         for row in comparison.summary()
     ]
     if not rows:
         return f"{header}\n(no evaluation finished)"
     return "\n".join([header, "", *markdown_table(columns, rows), *_paired_table(comparison)])
+
+
+def _curve_cells(curve: list[float] | None) -> str:
+    """The open-loop error at 1, 10 and 50 steps (as far as the curve reaches)."""
+    if not curve:
+        return "—"
+    return " / ".join(f"{curve[h - 1]:.2f}" for h in (1, 10, 50) if h <= len(curve))
 
 
 def _paired_table(comparison: Comparison) -> list[str]:
@@ -120,3 +131,33 @@ def plot_learning_curves(comparison: Comparison) -> Path | None:
     ax.legend()
     fig.savefig(comparison.plot_path, dpi=120)
     return comparison.plot_path
+
+
+def plot_prediction_error(comparison: Comparison) -> Path | None:
+    """prediction_error.png: each world model's open-loop error against horizon at the last
+    point it reached (mean over seeds). None when no world model has a curve."""
+    rows = [r for r in comparison.summary() if r.open_loop_error]
+    if not rows:
+        return None
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for method in comparison.config.methods:
+        mine = [r for r in rows if r.method == method]
+        if not mine:
+            continue
+        last = max(mine, key=lambda r: r.step)
+        curve = np.asarray(last.open_loop_error)
+        seeds = count(len(last.per_seed), "seed")
+        ax.plot(np.arange(1, curve.size + 1), curve, label=f"{method} @ {last.step} ({seeds})")
+    ax.set_xlabel("open-loop steps")
+    ax.set_ylabel("normalised RMS error (1 = each coordinate's mean)")
+    ax.set_title(f"{comparison.config.env_id}: world models on the evaluation episodes")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = comparison.out / "prediction_error.png"
+    fig.savefig(path, dpi=120)
+    return path

@@ -46,6 +46,9 @@ class PointResult:
     """mean ms per gradient update in training so far (None: SAC)"""
     updates: int | None = None
     """gradient updates so far (None: SAC)"""
+    open_loop_error: list[float] | None = None
+    """the world model's normalised open-loop error at 1..50 steps on these evaluation
+    episodes (agent/comparison/prediction.py; None: SAC, or episodes of <= 50 steps)"""
 
     @property
     def mean(self) -> float:
@@ -89,6 +92,8 @@ class SummaryRow:
     """train_s over SAC's train_s at the same step (None: no SAC or SAC itself)"""
     plan_ms: float | None
     update_ms: float | None
+    open_loop_error: list[float] | None = None
+    """PointResult.open_loop_error, mean over the seeds that have it, per horizon"""
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,12 @@ class PairedRow:
     """percentile-bootstrap 95% interval of the mean difference over seeds (None with one
     seed): an interval that holds 0 says these seeds do not tell the two methods apart"""
     ci_high: float | None
+
+
+def _mean_curve(curves: list[list[float] | None]) -> list[float] | None:
+    """The mean [H] of the curves that exist (None if none does)."""
+    present = [c for c in curves if c is not None]
+    return np.mean(np.asarray(present), axis=0).tolist() if present else None
 
 
 def _sem(values: np.ndarray) -> float | None:
@@ -168,6 +179,7 @@ class Comparison:
                         ratio_to_sac=train_s / sac_s if sac_s else None,
                         plan_ms=mean_or_none([point.plan_ms for _, point in reached]),
                         update_ms=mean_or_none([point.update_ms for _, point in reached]),
+                        open_loop_error=_mean_curve([p.open_loop_error for _, p in reached]),
                     )
                 )
         return rows

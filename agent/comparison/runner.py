@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from agent.agent import Agent
 from agent.comparison.config import SAC, CompareConfig
-from agent.comparison.report import count, plot_learning_curves
+from agent.comparison.prediction import EpisodeRecorder, open_loop_error
+from agent.comparison.report import count, plot_learning_curves, plot_prediction_error
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.config import ConfigError
 from agent.loop import Trainer
@@ -80,6 +81,7 @@ class _MeasuredTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.bookkeeping = _Clock()
         self.last_returns: np.ndarray | None = None
+        self.last_prediction: list[float] | None = None
         self._start = (time.perf_counter(), time.process_time())
         self._offset = (0.0, 0.0)  # training (wall, cpu) seconds before this process
 
@@ -100,9 +102,12 @@ class _MeasuredTrainer(Trainer):
         trainer._offset = (float(wall), float(cpu))
         return trainer
 
-    def evaluate(self, episodes: int | None = None) -> np.ndarray:
+    def evaluate(self, episodes: int | None = None, on_step=None) -> np.ndarray:
+        """super's evaluation, with the world model's open-loop error on its episodes."""
+        recorder = EpisodeRecorder()
         with self.bookkeeping:
-            self.last_returns = super().evaluate(episodes)
+            self.last_returns = super().evaluate(episodes, on_step=recorder)
+            self.last_prediction = open_loop_error(self.agent.model, recorder.episodes())
         return self.last_returns
 
     def save(self) -> Path:
@@ -162,6 +167,7 @@ def train_agent(
                 plan_ms=_per_call_ms(timing["plan_s"], timing["plans"]),
                 update_ms=_per_call_ms(timing["update_s"], timing["updates"]),
                 updates=timing["updates"],
+                open_loop_error=trainer.last_prediction,
             )
         )
         return go_on is not False
@@ -364,6 +370,7 @@ def run_comparison(
         comparison.meta["torch_threads"] = torch.get_num_threads()
         comparison.save()
         plot_learning_curves(comparison)
+        plot_prediction_error(comparison)
     return comparison
 
 

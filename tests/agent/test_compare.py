@@ -103,9 +103,12 @@ def test_geodesic_gru_and_sac_side_by_side(tmp_path):
         assert 0 <= first["train_s"] < last["train_s"]
         if method == "sac":
             assert first["plan_ms"] is None and first["updates"] is None
+            assert first["open_loop_error"] is None
         else:
             assert first["plan_ms"] > 0 and first["update_ms"] > 0
             assert 0 < first["updates"] < last["updates"]
+            curve = last["open_loop_error"]  # 50-step episodes: one start each, 50 horizons
+            assert len(curve) == 50 and all(math.isfinite(e) and e >= 0 for e in curve)
         # TensorBoard: one run per method, evaluations at the points
         assert Path(run["run_dir"]).parent == out / "runs"
         assert Path(run["run_dir"]).name.startswith(f"Pendulum-v1__{method}__1__")
@@ -145,9 +148,11 @@ def test_geodesic_gru_and_sac_side_by_side(tmp_path):
         assert row["episode_sem"] == pytest.approx(np.std(point["returns"], ddof=1) / np.sqrt(2))
     assert f"results: {out / 'results.json'}" in table
 
-    image = imread(out / "learning_curves.png")
-    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300
-    assert image.std() > 0  # something is drawn
+    for name in ("learning_curves.png", "prediction_error.png"):
+        image = imread(out / name)
+        assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300
+        assert image.std() > 0  # something is drawn
+    assert " / " in table  # the open-loop errors at 1 / 10 / 50 steps
 
 
 def test_a_compared_run_trains_as_agent_train_and_evaluates_as_agent_evaluate(tmp_path, capsys):
