@@ -121,17 +121,24 @@ def random_start_returns(value: np.ndarray, axes: tuple, samples: int, seed: int
 
 
 def _agent_returns(run: str, starts: np.ndarray) -> np.ndarray:
+    """The run's agent from each start, all episodes planned in one batch (agent/episodes.py)."""
+    import gymnasium as gym
+
     from agent.episodes import run_episodes
     from agent.inspection import load_run
     from agent.runs import make_run_env
     from envs.pendulum_starts import FixedStarts
     from envs.scaling import scale_spaces
 
-    agent = load_run(run)
+    agent, _ = load_run(run)
     seed = agent.config.train.eval_seed
-    env = make_run_env(agent.config, seed=None, scaled=False)
-    env = scale_spaces(FixedStarts(env, starts, first_seed=seed))
-    return run_episodes(agent.policy(seed), env, len(starts), seed)
+
+    def make() -> gym.Env:
+        env = make_run_env(agent.config, seed=None, scaled=False)
+        return scale_spaces(FixedStarts(env, starts, first_seed=seed))
+
+    envs = gym.vector.SyncVectorEnv([make for _ in starts])
+    return run_episodes(agent.policy(seed), envs, len(starts), seed)
 
 
 def main(argv: list[str] | None = None) -> int:

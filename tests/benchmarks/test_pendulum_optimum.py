@@ -75,3 +75,25 @@ def test_fixed_starts_put_pendulum_at_each_grid_start():
     np.testing.assert_allclose(obs[2], starts[1, 1], atol=1e-6)
     with pytest.raises(ValueError, match=r"\[n, 2\]"):
         FixedStarts(gym.make("Pendulum-v1"), np.zeros(3))
+
+
+def test_the_script_prints_an_agent_beside_the_optimum_on_the_same_starts(tmp_path, capsys):
+    import json
+
+    from agent import train as train_cli
+    from benchmarks import pendulum_optimum
+    from tests.agent.conftest import call_main, tiny
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny(train={"max_episode_steps": None})))
+    argv = ["--steps", "70", "--config", str(config), "--logdir", str(tmp_path / "runs")]
+    assert call_main(train_cli.main, argv, capsys)[0] == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    grid = ["--angles", "16", "--speeds", "17", "--torques", "5"]
+    assert pendulum_optimum.main([*grid, "--run", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, rows = lines[0], [line for line in lines if line.startswith("| (")]
+    assert header.endswith("| agent |") and len(rows) == 24
+    for row in rows:
+        *optima, agent = (float(c) for c in row.strip("|").split("|")[1:])
+        assert agent <= max(optima) + 1.0  # nothing beats the optimum (up to the grid's error)
