@@ -21,14 +21,13 @@ last checkpoint, SAC's from its last evaluation point.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from agent.cli import OneLineParser
 from agent.comparison.config import DEFAULT_WORLD_MODELS, CompareConfig
 from agent.comparison.report import format_table
-from agent.comparison.results import RESULTS_FORMAT, Comparison
+from agent.comparison.results import Comparison, read_config
 from agent.comparison.runner import output_dir, preflight, run_comparison, write_progress
 from agent.config import ConfigError, TrainConfig, load_config_file
 from agent.runs import run_metadata
@@ -57,13 +56,8 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
         help="gymnasium environment id with continuous "
         "actions (default: the config file's train.env_id, else Pendulum-v1)",
     )
-    parser.add_argument(
-        "--seeds",
-        type=int,
-        default=3,
-        metavar="N",
-        help="train every method on seeds 1..N (default: 3)",
-    )
+    parser.add_argument("--seeds", type=int, default=3, metavar="N", help="train every method on "
+                        "seeds 1..N (default: 3)")  # fmt: skip
     parser.add_argument(
         "--steps",
         type=int,
@@ -96,13 +90,8 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
         default=True,
         help="also train SB3's SAC with default settings as the model-free reference",
     )
-    parser.add_argument(
-        "--episodes",
-        type=int,
-        default=10,
-        metavar="N",
-        help="deterministic evaluation episodes at each point (default: 10)",
-    )
+    parser.add_argument("--episodes", type=int, default=10, metavar="N", help="deterministic "
+                        "evaluation episodes at each point (default: 10)")  # fmt: skip
     parser.add_argument(
         "--reference",
         default=None,
@@ -110,18 +99,10 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
         help="the method every other one is compared with seed by seed in the paired table "
         "(default: gru when compared, else the first method)",
     )
-    parser.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="output folder (default: runs/compare__{env}__{time})",
-    )
-    parser.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="JSON or TOML file of RunConfig overrides by section, as agent.train takes it",
-    )
+    parser.add_argument("--out", metavar="DIR",
+                        help="output folder (default: runs/compare__{env}__{time})")  # fmt: skip
+    parser.add_argument("--config", metavar="FILE", help="JSON or TOML file of RunConfig "
+                        "overrides by section, as agent.train takes it")  # fmt: skip
     parser.add_argument(
         "--resume",
         default=None,
@@ -160,22 +141,12 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
 
 
 def resumed_config(args: argparse.Namespace, argv: list[str]) -> tuple[CompareConfig, Path]:
-    """The settings of the comparison in --resume OUT, and OUT; ConfigError if there is none or
-    another flag tries to change it."""
+    """The settings of the comparison in --resume OUT, and OUT; ConfigError if another flag
+    tries to change them."""
     others = [a for a in argv if a.startswith("--") and a.split("=")[0] != "--resume"]
     if others:
         raise ConfigError(f"--resume takes the comparison's own settings; leave out {others[0]}")
-    out = Path(args.resume)
-    path = out / "results.json"
-    if not path.is_file():
-        raise ConfigError(f"--resume {args.resume!r}: no comparison there (no results.json)")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--resume {args.resume!r}: results.json is not valid ({err})") from None
-    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
-        raise ConfigError(f"--resume {args.resume!r}: results.json is not a comparison's")
-    return CompareConfig.from_dict(data), out
+    return read_config(Path(args.resume)), Path(args.resume)
 
 
 def run_from_args(

@@ -13,6 +13,7 @@ import numpy as np
 
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.stats import mean_or_none, paired_differences
+from agent.config import ConfigError
 
 __all__ = [
     "RESULTS_FORMAT",
@@ -21,6 +22,7 @@ __all__ = [
     "SummaryRow",
     "PairedRow",
     "Comparison",
+    "read_config",
 ]
 
 RESULTS_FORMAT = "geodesic-rl/compare/v1"
@@ -245,3 +247,18 @@ class Comparison:
         tmp.write_text(json.dumps(self.to_dict(), indent=1))
         os.replace(tmp, self.results_path)
         return self.results_path
+
+
+def read_config(out: Path) -> CompareConfig:
+    """The settings of the comparison whose results.json is in `out` (to resume it); a
+    ConfigError (one line) if there is none or the file is not a comparison's."""
+    path = out / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"--resume {str(out)!r}: no comparison there (no results.json)")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--resume {str(out)!r}: results.json is not valid ({err})") from None
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        raise ConfigError(f"--resume {str(out)!r}: results.json is not a comparison's")
+    return CompareConfig.from_dict(data)
