@@ -104,3 +104,26 @@ def test_resume_refuses_other_flags_and_foreign_folders(tmp_path, capsys):
     assert code == 2 and "is not a comparison's" in err[0]
     code, err, _ = call_main(compare.main, ["--resume", str(tmp_path), "--seeds", "2"], capsys)
     assert code == 2 and err[0].endswith("leave out --seeds") and len(err) == 1
+
+
+def test_sac_continues_from_the_model_and_replay_buffer_of_its_last_point(tmp_path):
+    from stable_baselines3 import SAC
+
+    from agent.comparison.config import CompareConfig
+    from agent.comparison.runner import SAC_MODEL, SAC_REPLAY, train_sac
+
+    config = CompareConfig(
+        world_models=(), steps=300, points=(150, 300), episodes=1,
+        overrides={"train": {"max_episode_steps": 50, "progress": False}},
+    )  # fmt: skip
+    points = []
+    assert train_sac(config, 1, tmp_path, lambda p: points.append(p) or False) == "stopped"
+    assert [p.step for p in points] == [150]
+    assert SAC.load(tmp_path / SAC_MODEL).num_timesteps == 150
+
+    status = train_sac(config, 1, tmp_path, points.append, resume_from=points[0])
+    assert status == "done" and [p.step for p in points] == [150, 300]
+    assert points[1].train_s > points[0].train_s
+    model = SAC.load(tmp_path / SAC_MODEL)
+    model.load_replay_buffer(tmp_path / SAC_REPLAY)
+    assert model.num_timesteps == 300 and model.replay_buffer.size() == 300
