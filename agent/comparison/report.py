@@ -9,9 +9,16 @@ from pathlib import Path
 import numpy as np
 
 from agent.cli import markdown_table
+from agent.comparison.published import PUBLISHED_ENV_STEPS, published_for
 from agent.comparison.results import Comparison
 
-__all__ = ["count", "format_table", "plot_learning_curves", "plot_prediction_error"]
+__all__ = [
+    "count",
+    "format_table",
+    "learning_curves_figure",
+    "plot_learning_curves",
+    "plot_prediction_error",
+]
 
 
 def count(n: int, noun: str) -> str:
@@ -101,8 +108,18 @@ def _paired_table(comparison: Comparison) -> list[str]:
 
 
 def plot_learning_curves(comparison: Comparison) -> Path | None:
-    """learning_curves.png: each method's mean return over seeds against env steps, with a
-    +- standard-error band over seeds (matplotlib's Agg canvas, no display). None when no
+    """learning_curves.png (learning_curves_figure); None when no point has finished."""
+    fig = learning_curves_figure(comparison)
+    if fig is None:
+        return None
+    fig.savefig(comparison.plot_path, dpi=120)
+    return comparison.plot_path
+
+
+def learning_curves_figure(comparison: Comparison):
+    """Each method's mean return over seeds against steps, with a +- standard-error band over
+    seeds, and the published results at 100k environment steps for the DMC tasks
+    (agent/comparison/published.py), on matplotlib's Agg canvas (no display); None when no
     point has finished."""
     rows = comparison.summary()
     if not rows:
@@ -124,13 +141,20 @@ def plot_learning_curves(comparison: Comparison) -> Path | None:
         (curve,) = ax.plot(steps, mean, marker="o", label=f"{method} ({count(seeds, 'seed')})")
         ax.fill_between(steps, mean - std, mean + std, color=curve.get_color(), alpha=0.2)
     config = comparison.config
-    ax.set_xlabel("env steps")
+    repeat = config.train.action_repeat or (2 if config.env_id.startswith("dm_control/") else 1)
+    for k, pub in enumerate(published_for(config.env_id)):  # at 100k environment steps
+        x = PUBLISHED_ENV_STEPS / repeat
+        marker = ("*", "D", "s")[k % 3]
+        ax.scatter([x], [pub.mean], marker=marker, s=80, color="k", zorder=3,
+                   label=f"{pub.method} (published, mean of 3 seeds)")  # fmt: skip
+        if pub.seeds:
+            ax.scatter([x] * len(pub.seeds), pub.seeds, marker="_", s=120, color="k", zorder=3)
+    ax.set_xlabel("env steps" if repeat == 1 else f"decisions (x {repeat} = environment steps)")
     ax.set_ylabel(f"eval return (mean ± s.e. over seeds, {config.episodes} episodes each)")
     ax.set_title(f"{config.env_id}" + (" (interrupted)" if comparison.status != "done" else ""))
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.savefig(comparison.plot_path, dpi=120)
-    return comparison.plot_path
+    return fig
 
 
 def plot_prediction_error(comparison: Comparison) -> Path | None:

@@ -406,3 +406,20 @@ def test_summary_standard_errors_over_seeds_and_over_episodes(tmp_path):
     assert row.sem == pytest.approx(np.std([1.0, 2.0, 6.0], ddof=1) / np.sqrt(3))  # 1.53
     assert row.episode_sem == pytest.approx(1.0)  # each seed: [m - 1, m + 1]
     assert f"| 3.0 ± {row.sem:.1f} |" in format_table(comparison)
+
+
+def test_dmc_learning_curves_carry_the_published_points_at_100k_environment_steps(tmp_path):
+    from agent.comparison.report import learning_curves_figure
+
+    means = {"gru": {1: 300.0, 2: 500.0}}
+    comparison = _comparison_with(tmp_path, means, env_id="dm_control/pendulum-swingup-v0",
+                                  sac=False, overrides={"train": {"action_repeat": 2}})  # fmt: skip
+    (ax,) = learning_curves_figure(comparison).axes
+    drawn = {tuple(map(float, xy)) for c in ax.collections for xy in c.get_offsets()}
+    for value in (724.0, 564.0, 756.0, 852.0, 699.0, 96.0):  # TD-MPC2 (its seeds), DreamerV3, SAC
+        assert (50_000.0, value) in drawn  # 100k environment steps = 50k decisions
+    (curve,) = ax.lines
+    assert curve.get_xydata().tolist() == [[10.0, 400.0]]
+    assert "decisions (x 2" in ax.get_xlabel()
+    labels = ax.get_legend_handles_labels()[1]
+    assert any(label.startswith("TD-MPC2 (published") for label in labels)
