@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.wrappers import RescaleAction, TransformObservation
+from gymnasium.wrappers import RescaleAction, TransformAction, TransformObservation
 from gymnasium.wrappers.utils import rescale_box
 
 __all__ = ["BoundsAffineObservation", "SpaceScaling", "observation_affine", "scale_spaces"]
@@ -84,6 +84,10 @@ def scale_spaces(env: gym.Env, seed: int | None = None) -> gym.Env:
     ``BoundsAffineObservation``; ``seed`` seeds the new action and observation spaces."""
     with np.errstate(over="ignore"):  # gymnasium's Box casts float64 extremes (dm_control's
         env = RescaleAction(env, np.float32(-1.0), np.float32(1.0))  # float64 actions) to float32
+    if env.action_space.dtype != np.float32:  # the agent's actions are float32 on every task
+        inner = env.action_space.dtype
+        unit = spaces.Box(-1.0, 1.0, env.action_space.shape, dtype=np.float32)
+        env = TransformAction(env, lambda a: np.asarray(a, dtype=inner), unit)
     env = BoundsAffineObservation(env)
     if seed is not None:
         env.action_space.seed(seed)

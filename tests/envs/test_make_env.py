@@ -38,7 +38,10 @@ def _rollout(env: gym.Env, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 def test_spaces_bounds_and_dtypes(env_id):
     raw, plain = make_env(env_id, seed=0), gym.make(env_id)
     assert raw.action_space == plain.action_space  # the task's own units, as gym.make
-    assert raw.observation_space == plain.observation_space
+    if env_id.startswith("dm_control/"):  # a Dict of named arrays, flattened (envs/dmc.py)
+        assert raw.observation_space == gym.spaces.flatten_space(plain.observation_space)
+    else:
+        assert raw.observation_space == plain.observation_space
     env = scale_spaces(raw)
     try:
         assert isinstance(env.action_space, gym.spaces.Box)
@@ -54,7 +57,10 @@ def test_spaces_bounds_and_dtypes(env_id):
         info = env_info(env)
         assert info.env_id == env_id
         assert info.obs_dim == obs.size and info.action_dim == env.action_space.shape[0]
-        assert info.max_episode_steps == gym.spec(env_id).max_episode_steps
+        if env_id.startswith("dm_control/"):  # dm_env ends at 1000 steps: 500 decisions of 2
+            assert (info.max_episode_steps, info.action_repeat) == (500, 2)
+        else:
+            assert info.max_episode_steps == gym.spec(env_id).max_episode_steps
     finally:
         env.close()
 
