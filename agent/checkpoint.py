@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "FORMAT_VERSION",
     "format_version",
     "CheckpointError",
+    "replace_atomically",
     "save_checkpoint",
     "load_checkpoint",
     "global_rng_state",
@@ -50,21 +52,32 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable, corrupt or of another format (one line)."""
 
 
-def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
-    """Write `state` (with the format tag added) atomically to `path`."""
+def replace_atomically(path: str | Path, write: Callable[[Path], Any]) -> Path:
+    """`write(tmp)` to a temporary file beside `path` (same suffix: some writers append one
+    that is missing), then move it over `path` with `os.replace`: a crash or Ctrl-C during the
+    write leaves the previous file intact, and no temporary file stays behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
-        with open(tmp, "wb") as fh:
-            torch.save({"format": FORMAT, **state}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write(tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
+    """Write `state` (with the format tag added) atomically to `path`, flushed to disk."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            torch.save({"format": FORMAT, **state}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    return replace_atomically(path, write)
 
 
 def load_checkpoint(path: str | Path, required: tuple[str, ...] = ()) -> dict[str, Any]:

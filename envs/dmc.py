@@ -1,16 +1,18 @@
-"""DeepMind Control suite tasks as gymnasium envs: shimmy's `dm_control/<domain>-<task>-v0`,
-with flattened observations and an action repeat, rendered headless.
+"""DeepMind Control suite tasks as gymnasium envs (shimmy's `dm_control/<domain>-<task>-v0`,
+flattened observations, rendered headless), and the action repeat every env can take.
 
-Stack, inside out (``make_dmc``):
+``make_dmc``, inside out:
 
 1. shimmy's ``DmControlCompatibilityV0`` (``gymnasium.make("dm_control/...")``): a Dict
    observation space of the task's named arrays; the episode ends by truncation after the task's
    own 1000 physics-control steps (dm_env's ``timestep.last()``).
 2. ``FlattenObservation`` (gymnasium): one float64 Box, the Dict's keys in the space's order.
-3. ``ActionRepeat(k)``: each agent action is applied k times, rewards summed (TD-MPC2 and
-   DreamerV3 use k = 2 on DMC, and count environment steps as k per decision).
-4. ``TimeLimit(1000 // k)``: the same end, stated in decisions, so ``env.spec.max_episode_steps``
-   tells the agent the episode length (its discount heuristic reads it).
+3. ``TimeLimit(1000)`` (or fewer steps): that end in ``env.spec.max_episode_steps``.
+
+``repeat_actions(env, k)`` (envs.make_env applies it, k = 2 by default on these tasks as TD-MPC2
+and DreamerV3 do): ``ActionRepeat(k)`` applies each agent action k times, rewards summed, and a
+``TimeLimit`` states the same end in decisions (1000 // k), so ``env.spec.max_episode_steps``
+tells the agent the episode length (its discount heuristic reads it).
 
 Rendering is offscreen: ``MUJOCO_GL`` defaults to ``egl`` (set before dm_control is imported
 unless the caller set it), so ``render_mode="rgb_array"`` works on a machine without a display.
@@ -37,9 +39,11 @@ __all__ = [
     "DMC_EPISODE_STEPS",
     "ActionRepeat",
     "action_repeat_of",
+    "default_action_repeat",
     "is_dmc",
     "make_dmc",
     "register_dmc",
+    "repeat_actions",
 ]
 
 DMC_PREFIX = "dm_control/"
@@ -51,6 +55,11 @@ DMC_EPISODE_STEPS = 1000
 
 def is_dmc(env_id: str) -> bool:
     return isinstance(env_id, str) and env_id.startswith(DMC_PREFIX)
+
+
+def default_action_repeat(env_id: str) -> int:
+    """make_env's action repeat when none is given: DMC_ACTION_REPEAT for dm_control ids, else 1."""
+    return DMC_ACTION_REPEAT if is_dmc(env_id) else 1
 
 
 class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -72,6 +81,14 @@ class ActionRepeat(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if terminated or truncated:
                 break
         return obs, total, terminated, truncated, info
+
+
+def repeat_actions(env: gym.Env, repeat: int) -> gym.Env:
+    """`env` under ActionRepeat(repeat), its episode limit (if any) restated in decisions,
+    rounded up."""
+    limit = env.spec.max_episode_steps if env.spec is not None else None
+    env = ActionRepeat(env, repeat)
+    return TimeLimit(env, -(-limit // repeat)) if limit else env
 
 
 def action_repeat_of(env: gym.Env) -> int:
@@ -102,17 +119,13 @@ def register_dmc() -> None:
 def make_dmc(
     env_id: str,
     *,
-    action_repeat: int | None = None,
     max_episode_steps: int | None = None,
     render_mode: str | None = None,
     **env_kwargs: Any,
 ) -> gym.Env:
-    """The stack of the module docstring. `action_repeat` None: DMC_ACTION_REPEAT;
-    `max_episode_steps` counts decisions (None: DMC_EPISODE_STEPS // action_repeat, the
-    task's own end). Raises gym.error.NameNotFound for an id shimmy does not register."""
-    repeat = DMC_ACTION_REPEAT if action_repeat is None else action_repeat
+    """The stack of the module docstring, without an action repeat; `max_episode_steps` in
+    physics-control steps (None: DMC_EPISODE_STEPS, the task's own end, which also caps it).
+    Raises gym.error.NameNotFound for an id shimmy does not register."""
     register_dmc()
     env = gym.make(env_id, render_mode=render_mode, **env_kwargs)
-    env = FlattenObservation(env)
-    env = ActionRepeat(env, repeat)
-    return TimeLimit(env, max_episode_steps or max(1, DMC_EPISODE_STEPS // repeat))
+    return TimeLimit(FlattenObservation(env), max_episode_steps or DMC_EPISODE_STEPS)

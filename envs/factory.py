@@ -8,8 +8,9 @@ Wrapper stack, inside out:
 3. ``RecordEpisodeStatistics``: ``info["episode"] = {"r", "l", "t"}`` at the end of an episode.
 
 DeepMind Control ids (``dm_control/<domain>-<task>-v0``) come from shimmy through
-``envs.dmc.make_dmc`` in step 1: flattened observations, an action repeat (2 by default) and the
-episode length in decisions (500). ``action_repeat`` applies to any other id too (default 1).
+``envs.dmc.make_dmc`` in step 1 (flattened observations). Between steps 1 and 2, an action
+repeat (``envs.dmc.repeat_actions``: 2 by default for DeepMind Control ids, else 1) restates the
+episode length in decisions (500 on DMC).
 
 The env keeps the task's own observation and action units, exactly as ``gymnasium.make`` gives
 them, so an agent's ``predict`` means the same thing on ``make_env(id)`` and on ``gym.make(id)``
@@ -28,9 +29,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import load_env_creator
-from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
+from gymnasium.wrappers import RecordEpisodeStatistics
 
-from envs.dmc import ActionRepeat, action_repeat_of, is_dmc, make_dmc, register_dmc
+from envs.dmc import (
+    action_repeat_of,
+    default_action_repeat,
+    is_dmc,
+    make_dmc,
+    register_dmc,
+    repeat_actions,
+)
 
 __all__ = [
     "SUPPORTED_ENVS",
@@ -94,11 +102,15 @@ class SeedFirstReset(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self.env.reset(seed=seed, options=options)
 
 
+def _did_you_mean(env_id: str, choices) -> str:
+    close = difflib.get_close_matches(env_id, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 def _unknown_id_message(env_id: str) -> str:
-    close = difflib.get_close_matches(env_id, SUPPORTED_ENVS, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
     return (
-        f"unknown environment id {env_id!r}{hint}; {_SUPPORTED_LINE} "
+        f"unknown environment id {env_id!r}{_did_you_mean(env_id, SUPPORTED_ENVS)}; "
+        f"{_SUPPORTED_LINE} "
         "(other registered gymnasium ids with continuous Box actions also work, untested)"
     )
 
@@ -115,7 +127,7 @@ def _require_mujoco(env_id: str) -> None:
 
 
 def _make_dmc(env_id: str, render_mode: str | None, max_episode_steps: int | None,
-              action_repeat: int | None, env_kwargs: dict[str, Any]) -> gym.Env:  # fmt: skip
+              env_kwargs: dict[str, Any]) -> gym.Env:  # fmt: skip
     try:
         register_dmc()
     except ImportError as err:
@@ -124,15 +136,13 @@ def _make_dmc(env_id: str, render_mode: str | None, max_episode_steps: int | Non
             "with pip install -e '.[dmc]'"
         ) from None
     if env_id not in gym.registry:
-        known = [e for e in gym.registry if is_dmc(e)]
-        close = difflib.get_close_matches(env_id, known, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        hint = _did_you_mean(env_id, (e for e in gym.registry if is_dmc(e)))
         raise EnvError(
             f"unknown DeepMind Control id {env_id!r}{hint}; tested: {', '.join(DMC_ENVS)}"
         )
     try:
-        return make_dmc(env_id, action_repeat=action_repeat, max_episode_steps=max_episode_steps,
-                        render_mode=render_mode, **env_kwargs)  # fmt: skip
+        return make_dmc(env_id, max_episode_steps=max_episode_steps, render_mode=render_mode,
+                        **env_kwargs)  # fmt: skip
     except (TypeError, AssertionError) as err:  # shimmy asserts on the render mode
         raise EnvError(f"bad argument for {env_id}: {str(err).splitlines()[0] or err!r}") from None
 
@@ -185,15 +195,12 @@ def make_env(
     non-Box action space, a missing optional dependency or a bad argument.
     """
     _validate_arguments(env_id, seed, render_mode, max_episode_steps, action_repeat)
-    if is_dmc(env_id):
-        env = _make_dmc(env_id, render_mode, max_episode_steps, action_repeat, env_kwargs)
-    else:
-        env = _make_gymnasium(env_id, render_mode, max_episode_steps, env_kwargs)
-        if action_repeat is not None and action_repeat > 1:
-            limit = env.spec.max_episode_steps if env.spec is not None else None
-            env = ActionRepeat(env, action_repeat)
-            if limit:  # the same end in decisions, so that spec.max_episode_steps counts them
-                env = TimeLimit(env, -(-limit // action_repeat))
+    repeat = default_action_repeat(env_id) if action_repeat is None else action_repeat
+    steps = None if max_episode_steps is None else max_episode_steps * repeat  # env steps
+    make = _make_dmc if is_dmc(env_id) else _make_gymnasium
+    env = make(env_id, render_mode, steps, env_kwargs)
+    if repeat > 1:
+        env = repeat_actions(env, repeat)
     _check_spaces(env, env_id)
     if seed is not None:
         env = SeedFirstReset(env, seed)

@@ -10,7 +10,8 @@ import numpy as np
 
 from agent.cli import markdown_table
 from agent.comparison.published import PUBLISHED_ENV_STEPS, published_for
-from agent.comparison.results import Comparison
+from agent.comparison.results import Comparison, SummaryRow
+from envs.dmc import default_action_repeat
 
 __all__ = [
     "count",
@@ -107,6 +108,24 @@ def _paired_table(comparison: Comparison) -> list[str]:
     return ["", header, "", *markdown_table(columns, rows)]
 
 
+def _figure():
+    """A figure with one axes on matplotlib's Agg canvas (no display)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+def _by_method(comparison: Comparison, rows: list[SummaryRow]):
+    """(method, its rows) for every compared method that has rows, in the config's order."""
+    for method in comparison.config.methods:
+        mine = [r for r in rows if r.method == method]
+        if mine:
+            yield method, mine
+
+
 def plot_learning_curves(comparison: Comparison) -> Path | None:
     """learning_curves.png (learning_curves_figure); None when no point has finished."""
     fig = learning_curves_figure(comparison)
@@ -119,29 +138,20 @@ def plot_learning_curves(comparison: Comparison) -> Path | None:
 def learning_curves_figure(comparison: Comparison):
     """Each method's mean return over seeds against steps, with a +- standard-error band over
     seeds, and the published results at 100k environment steps for the DMC tasks
-    (agent/comparison/published.py), on matplotlib's Agg canvas (no display); None when no
-    point has finished."""
+    (agent/comparison/published.py); None when no point has finished."""
     rows = comparison.summary()
     if not rows:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for method in comparison.config.methods:
-        mine = [r for r in rows if r.method == method]
-        if not mine:
-            continue
+    fig, ax = _figure()
+    for method, mine in _by_method(comparison, rows):
         steps = np.array([r.step for r in mine])
         mean = np.array([r.mean for r in mine])
-        std = np.array([r.sem or 0.0 for r in mine])
+        band = np.array([r.sem or 0.0 for r in mine])
         seeds = max(len(r.per_seed) for r in mine)
         (curve,) = ax.plot(steps, mean, marker="o", label=f"{method} ({count(seeds, 'seed')})")
-        ax.fill_between(steps, mean - std, mean + std, color=curve.get_color(), alpha=0.2)
+        ax.fill_between(steps, mean - band, mean + band, color=curve.get_color(), alpha=0.2)
     config = comparison.config
-    repeat = config.train.action_repeat or (2 if config.env_id.startswith("dm_control/") else 1)
+    repeat = config.train.action_repeat or default_action_repeat(config.env_id)
     for k, pub in enumerate(published_for(config.env_id)):  # at 100k environment steps
         x = PUBLISHED_ENV_STEPS / repeat
         marker = ("*", "D", "s")[k % 3]
@@ -163,16 +173,8 @@ def plot_prediction_error(comparison: Comparison) -> Path | None:
     rows = [r for r in comparison.summary() if r.open_loop_error]
     if not rows:
         return None
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for method in comparison.config.methods:
-        mine = [r for r in rows if r.method == method]
-        if not mine:
-            continue
+    fig, ax = _figure()
+    for method, mine in _by_method(comparison, rows):
         last = max(mine, key=lambda r: r.step)
         curve = np.asarray(last.open_loop_error)
         seeds = count(len(last.per_seed), "seed")

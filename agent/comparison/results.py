@@ -4,15 +4,15 @@ from them, and results.json (rewritten atomically after every evaluation)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agent.checkpoint import replace_atomically
 from agent.comparison.config import SAC, CompareConfig
-from agent.comparison.stats import mean_or_none, paired_differences
+from agent.comparison.stats import mean_or_none, paired_differences, standard_error
 from agent.config import ConfigError
 
 __all__ = [
@@ -125,11 +125,6 @@ def _mean_curve(curves: list[list[float] | None]) -> list[float] | None:
     return np.mean(np.asarray(present), axis=0).tolist() if present else None
 
 
-def _sem(values: np.ndarray) -> float | None:
-    """std(ddof=1) / sqrt(n) of [n] values; None for n < 2."""
-    return float(values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else None
-
-
 @dataclass
 class Comparison:
     """Every run of a comparison, finished or not, and where they are written."""
@@ -172,10 +167,10 @@ class Comparison:
                     SummaryRow(
                         method=method,
                         step=step,
-                        mean=float(np.mean(list(per_seed.values()))),
+                        mean=float(means.mean()),
                         std=float(np.std(means)),
-                        sem=_sem(means),
-                        episode_sem=mean_or_none([_sem(np.array(p.returns)) for _, p in reached]),
+                        sem=standard_error(means),
+                        episode_sem=mean_or_none([standard_error(p.returns) for _, p in reached]),
                         per_seed=per_seed,
                         train_s=train_s,
                         ratio_to_sac=train_s / sac_s if sac_s else None,
@@ -243,10 +238,8 @@ class Comparison:
 
     def save(self) -> Path:
         """Write results.json atomically (a Ctrl-C during the write keeps the previous one)."""
-        tmp = self.results_path.with_name(f".results.json.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        os.replace(tmp, self.results_path)
-        return self.results_path
+        text = json.dumps(self.to_dict(), indent=1)
+        return replace_atomically(self.results_path, lambda tmp: tmp.write_text(text))
 
 
 def read_config(out: Path) -> CompareConfig:

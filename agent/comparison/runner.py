@@ -30,10 +30,12 @@ import torch
 from tqdm import tqdm
 
 from agent.agent import Agent
+from agent.checkpoint import replace_atomically
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.prediction import EpisodeRecorder, open_loop_error
 from agent.comparison.report import count, plot_learning_curves, plot_prediction_error
 from agent.comparison.results import Comparison, MethodRun, PointResult
+from agent.comparison.stats import standard_error
 from agent.config import ConfigError
 from agent.loop import Trainer
 from agent.runs import CHECKPOINT_NAME, fresh_dir, run_dir_name
@@ -105,8 +107,14 @@ class _MeasuredTrainer(Trainer):
     def evaluate(self, episodes: int | None = None, on_step=None) -> np.ndarray:
         """super's evaluation, with the world model's open-loop error on its episodes."""
         recorder = EpisodeRecorder()
+
+        def record(*transition: Any) -> None:
+            recorder(*transition)
+            if on_step is not None:
+                on_step(*transition)
+
         with self.bookkeeping:
-            self.last_returns = super().evaluate(episodes, on_step=recorder)
+            self.last_returns = super().evaluate(episodes, on_step=record)
             self.last_prediction = open_loop_error(self.agent.model, recorder.episodes())
         return self.last_returns
 
@@ -254,11 +262,9 @@ def train_sac(
 
 
 def _save_sac(model: Any, run_dir: Path) -> None:
-    """The model and replay buffer, each written to a temporary name and renamed into place."""
-    for name, save in ((SAC_MODEL, model.save), (SAC_REPLAY, model.save_replay_buffer)):
-        tmp = run_dir / f".tmp-{os.getpid()}-{name}"
-        save(tmp)
-        os.replace(tmp, run_dir / name)
+    """The model and replay buffer, each written atomically."""
+    replace_atomically(run_dir / SAC_MODEL, model.save)
+    replace_atomically(run_dir / SAC_REPLAY, model.save_replay_buffer)
 
 
 def write_progress(line: str) -> None:
@@ -266,25 +272,20 @@ def write_progress(line: str) -> None:
     tqdm.write(line, file=sys.stderr)
 
 
-def _sem(returns: np.ndarray) -> float:
-    return float(returns.std(ddof=1) / np.sqrt(returns.size)) if returns.size > 1 else 0.0
-
-
 def _point_line(done: int, total: int, method: str, seed: int, point: PointResult) -> str:
     returns = np.asarray(point.returns)
+    sem = standard_error(returns) or 0.0
     return (
         f"[{done}/{total}] {method} seed {seed} @ {point.step} steps: return "
-        f"{returns.mean():.1f} ± {_sem(returns):.1f} (s.e.) over {count(returns.size, 'episode')} "
+        f"{returns.mean():.1f} ± {sem:.1f} (s.e.) over {count(returns.size, 'episode')} "
         f"(training {point.train_s:.1f} s, evaluation {point.eval_s:.1f} s)"
     )
 
 
 def _save_record(run: MethodRun) -> None:
     """RUN_RECORD in the run's folder, written atomically: what a resume reads."""
-    path = Path(run.run_dir) / RUN_RECORD
-    tmp = path.with_name(f".{RUN_RECORD}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(asdict(run), indent=1))
-    os.replace(tmp, path)
+    text = json.dumps(asdict(run), indent=1)
+    replace_atomically(Path(run.run_dir) / RUN_RECORD, lambda tmp: tmp.write_text(text))
 
 
 def _load_records(runs_dir: Path) -> dict[tuple[str, int], MethodRun]:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "paired_differences", "mean_or_none"]
+__all__ = ["BOOTSTRAP_RESAMPLES", "paired_differences", "mean_or_none", "standard_error"]
 
 BOOTSTRAP_RESAMPLES = 10_000
 
@@ -32,3 +32,9 @@ def paired_differences(
 def mean_or_none(values: list[float | None]) -> float | None:
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
+
+
+def standard_error(values: Sequence[float]) -> float | None:
+    """std(ddof=1) / sqrt(n) of [n] values; None for n < 2."""
+    x = np.asarray(values, dtype=float)
+    return float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else None

@@ -91,17 +91,25 @@ def test_same_seed_same_trajectory_and_the_generator_state_restores():
     np.testing.assert_array_equal(a.reset()[0], first)
 
 
-def test_action_repeat_applies_to_other_ids_and_counts_decisions():
-    env = make_env("Pendulum-v1", seed=0, action_repeat=4)
-    assert env_info(env).max_episode_steps == 50 and env_info(env).action_repeat == 4
+def _decisions_to_episode_end(env) -> tuple[int, dict]:
     env.reset()
     steps = 0
     while True:
-        *_, terminated, truncated, _ = env.step(np.zeros(1, dtype=np.float32))
+        *_, terminated, truncated, info = env.step(np.zeros(1, dtype=np.float32))
         steps += 1
         if terminated or truncated:
-            break
-    assert steps == 50
+            return steps, info
+
+
+def test_action_repeat_applies_to_other_ids_and_counts_decisions():
+    env = make_env("Pendulum-v1", seed=0, action_repeat=4)
+    assert env_info(env).max_episode_steps == 50 and env_info(env).action_repeat == 4
+    assert _decisions_to_episode_end(env)[0] == 50
+    # max_episode_steps counts decisions whatever the repeat: 30 decisions of 4 env steps each
+    env = make_env("Pendulum-v1", seed=0, action_repeat=4, max_episode_steps=30)
+    assert env_info(env).max_episode_steps == 30
+    steps, info = _decisions_to_episode_end(env)
+    assert steps == 30 and info["episode"]["l"] == 30
     with pytest.raises(ValueError, match="positive int"):
         ActionRepeat(env, 0)
 
