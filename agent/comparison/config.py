@@ -104,6 +104,16 @@ class CompareConfig:
     def methods(self) -> list[str]:
         return [*self.world_models, *([SAC] if self.sac else [])]
 
+    @property
+    def run_order(self) -> list[tuple[str, int]]:
+        """(method, seed) in training order: one method at a time over all seeds, the references
+        first (SAC, then the paired table's reference), so that a long comparison that is
+        stopped and resumed has complete references early and every later run is compared as
+        soon as it finishes."""
+        first = [m for m in (SAC, self.reference) if m in self.methods]
+        ordered = first + [m for m in self.methods if m not in first]
+        return [(method, seed) for method in ordered for seed in self.seed_list]
+
     def _train_overrides(self, world_model: str, seed: int) -> dict[str, Any]:
         return {
             **self.overrides.get("train", {}),

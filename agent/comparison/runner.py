@@ -1,6 +1,7 @@
 """Training the compared methods: each world model's agent (one uninterrupted, measured
-`Trainer` run evaluated from a callback) and SB3's SAC, seed by seed, into run folders; then
-`run_comparison`, which trains them all, keeps results.json current and draws the figure.
+`Trainer` run evaluated from a callback) and SB3's SAC, one method at a time over all seeds
+(CompareConfig.run_order), into run folders; then `run_comparison`, which trains them all,
+keeps results.json current and draws the figure.
 
 Training time excludes evaluation, checkpoints and diagnostics. A Ctrl-C stops the run in
 progress at its next step; results.json keeps everything finished.
@@ -312,8 +313,8 @@ def run_comparison(
     report: Callable[[str], None] = write_progress,
     resume: bool = False,
 ) -> Comparison:
-    """Train every method on every seed (seed by seed), evaluating at config.points; results.json
-    is rewritten after every evaluation and learning_curves.png drawn at the end. A Ctrl-C ends
+    """Train every method on every seed (config.run_order), evaluating at config.points;
+    results.json is rewritten after every evaluation and learning_curves.png drawn at the end. A Ctrl-C ends
     the comparison with status 'interrupted' and keeps everything finished. `resume`: continue
     the comparison in `out` (module docstring): finished runs are kept, the others continue."""
     comparison = Comparison(config, Path(out), meta=dict(meta or {}))
@@ -326,39 +327,41 @@ def run_comparison(
     records = _load_records(runs_dir) if resume else {}
     total = len(config.seed_list) * len(config.methods) * len(config.points)
     try:
-        for seed in config.seed_list:
-            for method in config.methods:
-                run = records.get((method, seed))
-                if run is not None and run.status != "done" and not _resumable(run):
-                    run = None  # killed before its first checkpoint: start again, elsewhere
-                if run is None:
-                    run_dir = fresh_dir(runs_dir / run_dir_name(config.env_id, method, seed))
-                    run = MethodRun(method, seed, str(run_dir))
+        # runs killed before their first checkpoint start again, elsewhere
+        kept = {key: r for key, r in records.items() if r.status == "done" or _resumable(r)}
+        comparison.runs = [kept[key] for key in config.run_order if key in kept]
+        for method, seed in config.run_order:
+            run = kept.get((method, seed))
+            if run is None:
+                run_dir = fresh_dir(runs_dir / run_dir_name(config.env_id, method, seed))
+                run = MethodRun(method, seed, str(run_dir))
                 comparison.runs.append(run)
-                if run.status == "done":
-                    continue
-                run_dir = Path(run.run_dir)
-                verb = "continuing from its last checkpoint" if run.points else "training"
-                report(f"{method} seed {seed}: {verb} to {config.steps} steps in {run_dir}")
+            if run.status == "done":
+                continue
+            run_dir = Path(run.run_dir)
+            verb = "continuing from its last checkpoint" if run.points else "training"
+            report(f"{run.method} seed {run.seed}: {verb} to {config.steps} steps in {run_dir}")
 
-                def on_point(point: PointResult, run: MethodRun = run) -> None:
-                    run.points = [p for p in run.points if p.step < point.step] + [point]
-                    _save_record(run)
-                    comparison.save()
-                    done = sum(len(r.points) for r in comparison.runs)
-                    report(_point_line(done, total, run.method, run.seed, point))
-
-                run.status = "running"
-                _save_record(run)
-                if method == SAC:
-                    last = run.points[-1] if resume and run.points else None
-                    run.status = train_sac(config, seed, run_dir, on_point, resume_from=last)
-                else:
-                    run.status = train_agent(config, method, seed, run_dir, on_point, resume=resume)
+            def on_point(point: PointResult, run: MethodRun = run) -> None:
+                run.points = [p for p in run.points if p.step < point.step] + [point]
                 _save_record(run)
                 comparison.save()
-                if run.status == "interrupted":
-                    raise KeyboardInterrupt
+                done = sum(len(r.points) for r in comparison.runs)
+                report(_point_line(done, total, run.method, run.seed, point))
+
+            run.status = "running"
+            _save_record(run)
+            if run.method == SAC:
+                last = run.points[-1] if resume and run.points else None
+                run.status = train_sac(config, run.seed, run_dir, on_point, resume_from=last)
+            else:
+                run.status = train_agent(
+                    config, run.method, run.seed, run_dir, on_point, resume=resume
+                )
+            _save_record(run)
+            comparison.save()
+            if run.status == "interrupted":
+                raise KeyboardInterrupt
         comparison.status = "done"
     except KeyboardInterrupt:
         comparison.status = "interrupted"

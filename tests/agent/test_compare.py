@@ -255,6 +255,14 @@ def test_evaluation_points():
     assert CompareConfig(steps=150, points=(100, 40, 100)).points == (40, 100, 150)
 
 
+def test_runs_go_one_method_at_a_time_references_first():
+    seeds = [1, 2]
+    config = CompareConfig(seeds=2, steps=10)  # geodesic, gru, sac; reference gru
+    assert config.run_order == [(m, s) for m in ("sac", "gru", "geodesic") for s in seeds]
+    config = CompareConfig(seeds=2, steps=10, sac=False, reference="geodesic")
+    assert config.run_order == [(m, s) for m in ("geodesic", "gru") for s in seeds]
+
+
 def test_dynamics_sub_tables_go_to_their_world_model_only():
     config = CompareConfig(
         seeds=2, world_models=("geodesic", "gru"), overrides={"dynamics": TINY_DYNAMICS}
