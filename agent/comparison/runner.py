@@ -314,9 +314,10 @@ def run_comparison(
     resume: bool = False,
 ) -> Comparison:
     """Train every method on every seed (config.run_order), evaluating at config.points;
-    results.json is rewritten after every evaluation and learning_curves.png drawn at the end. A Ctrl-C ends
-    the comparison with status 'interrupted' and keeps everything finished. `resume`: continue
-    the comparison in `out` (module docstring): finished runs are kept, the others continue."""
+    results.json is rewritten after every evaluation and learning_curves.png drawn at the end.
+    A Ctrl-C ends the comparison with status 'interrupted' and keeps everything finished.
+    `resume`: continue the comparison in `out` (module docstring): finished runs are kept, the
+    others continue."""
     comparison = Comparison(config, Path(out), meta=dict(meta or {}))
     if resume and comparison.results_path.is_file():  # the first start's metadata stays
         before = json.loads(comparison.results_path.read_text()).get("meta", {})
