@@ -1,17 +1,23 @@
 """Atomic, self-describing checkpoints and the random-generator states they carry.
 
 A checkpoint is one `torch.save`d dict of tensors and plain Python values (loads with
-`weights_only=True`, so loading never runs code), tagged with its format version: v2 since the
-geodesic config became nested sections and four measured-and-rejected options left the code
-(`FORMAT_VERSION`); a v1 file is read with its config migrated (agent.config.migrate_config) or
-refused in one line that names its version. It is written to a temporary file in the same
-folder, flushed to disk and moved over the old one with `os.replace`, so a crash or Ctrl-C during
-the write leaves the previous checkpoint intact. Any unreadable or incomplete file raises
-`CheckpointError` with one line.
+`weights_only=True`, so loading never runs code), tagged with its format version
+(`FORMAT_VERSION`): v2 since the geodesic config became nested sections and four
+measured-and-rejected options left the code, v3 since the file carries the SHA-256 digest of its
+content (`content_digest`), checked on every load: torch's zip reader checks no CRC, so a bit
+flipped in a tensor's bytes loaded silently before. v2 files (no digest) are read unchecked; a
+v1 file is read with its config migrated (agent.config.migrate_config) or refused in one line
+that names its version. It is written to a temporary file in the same folder, flushed to disk and
+moved over the old one with `os.replace`, so a crash, a kill or a failed write leaves the
+previous checkpoint intact; a temporary left by a killed writer is removed by the next save
+(`remove_stale_temporaries`). Any unreadable, damaged or incomplete file raises `CheckpointError`
+with one line; a write that fails (a full disk, a read-only folder) raises `RunWriteError` with
+one line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from collections.abc import Callable
@@ -27,6 +33,9 @@ __all__ = [
     "FORMAT_VERSION",
     "format_version",
     "CheckpointError",
+    "RunWriteError",
+    "content_digest",
+    "remove_stale_temporaries",
     "replace_atomically",
     "save_checkpoint",
     "load_checkpoint",
@@ -37,14 +46,16 @@ __all__ = [
     "seed_everything",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _TAG = "geodesic-rl/agent-checkpoint/v"
 FORMAT = f"{_TAG}{FORMAT_VERSION}"
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
+DIGEST_SINCE = 3
+"""the first format version whose files carry `digest` (content_digest of the rest)"""
 
 
 def format_version(state: dict[str, Any]) -> int:
-    """The format version of a loaded checkpoint (1 or 2)."""
+    """The format version of a loaded checkpoint (one of READABLE_VERSIONS)."""
     return int(str(state["format"]).removeprefix(_TAG))
 
 
@@ -52,16 +63,85 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable, corrupt or of another format (one line)."""
 
 
+class RunWriteError(OSError):
+    """A checkpoint or another run file that could not be written (one line); the previous
+    one is intact."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def content_digest(state: Any) -> str:
+    """SHA-256 over a checkpoint's content: every tensor's dtype, shape and bytes and every plain
+    value's type and repr, walked in the dicts' insertion order (which torch.save keeps)."""
+    h = hashlib.sha256()
+    stack = [state]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous().reshape(-1)
+            h.update(f"T{t.dtype}{tuple(obj.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes())
+        elif isinstance(obj, dict):
+            h.update(f"D{len(obj)}".encode())
+            for key, value in reversed(list(obj.items())):
+                stack += [value, key]
+        elif isinstance(obj, (list, tuple)):
+            h.update(f"{type(obj).__name__[0]}{len(obj)}".encode())
+            stack += reversed(obj)
+        else:
+            h.update(f"{type(obj).__name__}:{obj!r};".encode())
+    return h.hexdigest()
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".tmp-{os.getpid()}-{path.name}")
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporaries of `path` left by writers that were killed mid-write (their
+    process is gone); returns what was removed."""
+    path = Path(path)
+    removed = []
+    for tmp in path.parent.glob(f".tmp-*-{path.name}"):
+        pid = tmp.name.removeprefix(".tmp-").split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def replace_atomically(path: str | Path, write: Callable[[Path], Any]) -> Path:
     """`write(tmp)` to a temporary file beside `path` (same suffix: some writers append one
-    that is missing), then move it over `path` with `os.replace`: a crash or Ctrl-C during the
-    write leaves the previous file intact, and no temporary file stays behind."""
+    that is missing), then move it over `path` with `os.replace`: a crash, a kill or a failed
+    write leaves the previous file intact, and a failed write leaves no temporary behind (a
+    killed one does: remove_stale_temporaries). An OSError (a full disk, a read-only folder)
+    becomes RunWriteError, one line naming the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    tmp = _temporary(path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
         write(tmp)
         os.replace(tmp, path)
+    except OSError as err:
+        if isinstance(err, RunWriteError):
+            raise
+        reason = err.strerror or str(err) or type(err).__name__
+        kept = "the previous one is intact" if path.is_file() else "there was none before"
+        raise RunWriteError(
+            err.errno, f"could not write {str(path)!r} ({reason}); {kept}"
+        ) from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -69,11 +149,14 @@ def replace_atomically(path: str | Path, write: Callable[[Path], Any]) -> Path:
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> Path:
-    """Write `state` (with the format tag added) atomically to `path`, flushed to disk."""
+    """Write `state` (with the format tag and content digest added) atomically to `path`,
+    flushed to disk."""
+    content = {"format": FORMAT, **state}
+    content["digest"] = content_digest(content)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            torch.save({"format": FORMAT, **state}, fh)
+            torch.save(content, fh)
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -102,6 +185,14 @@ def load_checkpoint(path: str | Path, required: tuple[str, ...] = ()) -> dict[st
             f"checkpoint {str(path)!r} has format version {version}; this geodesic-rl reads "
             f"versions {', '.join(map(str, READABLE_VERSIONS))} (and writes {FORMAT_VERSION})"
         )
+    if int(version) >= DIGEST_SINCE:
+        digest = state.pop("digest", None)
+        if digest != content_digest(state):
+            why = "has no content digest" if digest is None else "does not match its digest"
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is corrupt: its content {why} (a damaged file; "
+                "an earlier copy or a new run is needed)"
+            )
     missing = [key for key in required if key not in state]
     if missing:
         raise CheckpointError(f"checkpoint {str(path)!r} is incomplete: no {', '.join(missing)}")

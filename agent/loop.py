@@ -26,6 +26,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from agent.checkpoint import (
+    RunWriteError,
     env_rng_state,
     global_rng_state,
     save_checkpoint,
@@ -321,7 +322,17 @@ class Trainer:
             raise ValueError("this trainer has no run folder to save into")
         if not self.needs_reset:
             raise RuntimeError("checkpoints are taken at episode ends")  # internal invariant
-        path = save_checkpoint(self.state_dict(), self.run_dir / CHECKPOINT_NAME)
+        if self.writer is not None:  # events up to the checkpoint on disk before it: a kill
+            self.writer.flush()  # after the checkpoint never leaves a gap in the curves
+        try:
+            path = save_checkpoint(self.state_dict(), self.run_dir / CHECKPOINT_NAME)
+        except RunWriteError as err:  # a full disk, a read-only folder: stop, say where
+            kept = f"--resume continues from env step {self.last_checkpoint}"
+            if not (self.run_dir / CHECKPOINT_NAME).is_file():
+                kept = "no checkpoint had been written"
+            raise RunWriteError(
+                err.errno, f"{err}; training stopped at env step {self.agent.num_timesteps}; {kept}"
+            ) from None
         self.last_checkpoint = self.agent.num_timesteps
         return path
 

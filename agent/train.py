@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteError as err:
         print(f"{PROG}: training diverged: {err}", file=sys.stderr)
         return 3
+    except OSError as err:  # a full disk, a read-only folder (agent.checkpoint.RunWriteError)
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted twice: the last checkpoint is intact", file=sys.stderr)
         return 130

@@ -311,12 +311,12 @@ def _retag(path, version: int, **config_changes) -> None:
 
 
 def test_checkpoints_carry_their_format_version_and_older_ones_are_read_or_refused(tmp_path):
-    """Saved files are format v2; a v1 file (the flat config of before the redesign) loads with
+    """Saved files are format v3; a v1 file (the flat config of before the redesign) loads with
     the same parameters when its config holds no removed option, and is refused in one line
     naming its version when it does; an unknown version is refused naming it."""
     agent = make_agent()
     path = agent.save(tmp_path / "agent.pt")
-    assert torch.load(path, weights_only=True)["format"].endswith("/v2")
+    assert torch.load(path, weights_only=True)["format"].endswith("/v3")
     _retag(path, 1)
     old = Agent.load(path)
     assert_same_state(old.model.state_dict(), agent.model.state_dict())
