@@ -176,6 +176,9 @@ def run_from_args(
     except KeyboardInterrupt:  # a second Ctrl-C while the results were written
         print(f"{prog}: interrupted; results so far in {out / 'results.json'}", file=sys.stderr)
         return 130, None
+    except OSError as err:  # a full disk, a read-only folder (agent.checkpoint.RunWriteError)
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1, None
     print(format_table(comparison))
     print(f"\nresults: {comparison.results_path}")
     if comparison.plot_path.exists():

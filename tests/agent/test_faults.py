@@ -286,3 +286,26 @@ def test_a_checkpoint_error_is_one_line(tmp_path):
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(path)
     assert "\n" not in str(err.value) and "does not match its digest" in str(err.value)
+
+
+def test_compare_says_a_results_write_failed_in_one_line_and_exits_1(tmp_path, monkeypatch, capsys):
+    from agent.compare import main as compare_main
+
+    (tmp_path / "tiny.json").write_text(json.dumps(tiny()))
+    replace = os.replace
+
+    def full_disk(src, dst):  # every atomically replaced file: checkpoints, records, results
+        if Path(dst).name == "results.json":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", full_disk)
+    argv = ["--world-models", "gru", "--no-sac", "--seeds", "1", "--steps", "60", "--at", "60",
+            "--episodes", "1", "--config", str(tmp_path / "tiny.json")]  # fmt: skip
+    argv += ["--out", str(tmp_path / "cmp")]
+    code, err, _ = call_main(compare_main, argv, capsys)
+    assert code == 1, err
+    (line,) = [e for e in err if "error" in e]
+    assert line.startswith("python -m agent.compare: error: could not write")
+    assert "results.json" in line and "No space left on device" in line
+    assert not list((tmp_path / "cmp").rglob(".tmp-*"))
