@@ -84,3 +84,26 @@ def test_a_diverging_learning_rate_exits_3_with_one_line(tmp_path, capsys):
     assert "no checkpoint had been written" in line[0]
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert not (run / CHECKPOINT_NAME).exists()
+
+
+def test_an_injected_nan_gradient_names_the_parameter_and_the_update(tmp_path):
+    """A NaN in one parameter's gradient (a backward hook, the loss itself finite) stops the
+    next update naming that parameter, the update and env step; the optimiser never stepped
+    (the weights are the ones before) and the step-100 checkpoint stays."""
+    config = RunConfig.from_dict(tiny(train={"steps": 300, "checkpoint_every": 50}))
+    trainer = Trainer(Agent(None, config), tmp_path)
+    assert trainer.run(300, stop_at_episode_end_after=100) == "stopped"
+    saved = (tmp_path / CHECKPOINT_NAME).read_bytes()
+    model = trainer.agent.model
+    name, param = next((n, p) for n, p in model.named_parameters() if n.startswith("dynamics."))
+    param.register_hook(lambda grad: torch.full_like(grad, math.nan))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    updates = trainer.agent.num_updates
+    with pytest.raises(NonFiniteError) as err:
+        trainer.run(300)
+    message = str(err.value)
+    assert f"update {updates + 1} (env step 101): non-finite gradient (of {name})" in message
+    assert "the last good checkpoint (env step 100) is kept" in message
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    assert (tmp_path / CHECKPOINT_NAME).read_bytes() == saved
+    trainer.close()
