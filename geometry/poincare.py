@@ -174,26 +174,36 @@ def expmap0(v: Tensor) -> Tensor:
 
 
 def logmap0(y: Tensor) -> Tensor:
-    """log_0(y) = artanh(|y|) y / |y|; |y| is capped just below 1 so the result is finite."""
-    n = _safe_norm(y)
-    n_c = n.clamp_max(1 - torch.finfo(y.dtype).eps)
-    return torch.atanh(n_c) * y / n
+    """log_0(y) = artanh(|y|) y / |y|; |y| is capped just below 1 so the result is finite.
+    artanh(r) / r is read from its series 1 + r^2/3 + r^4/5 below r = 1e-3 (truncation
+    < 1e-19), so it is smooth in r^2 = |y|^2: derivatives of every order are finite at y = 0
+    (through |y| the second is NaN there, and the model's features (z, log_0 z) are
+    differentiated twice by a kick that autograd differentiates)."""
+    r2 = sqnorm(y)  # [..., 1]
+    small = r2 < 1e-6
+    n = torch.where(small, torch.ones_like(r2), r2).sqrt()
+    ratio = torch.atanh(n.clamp_max(1 - torch.finfo(y.dtype).eps)) / n
+    return torch.where(small, 1.0 + r2 * (1 / 3 + r2 / 5), ratio) * y
 
 
 def logmap0_jacobian(y: Tensor) -> tuple[Tensor, Tensor]:
     """log_0 and its Jacobian through two scalars: with r = |y|, f = artanh(r) / r and
     g = f'(r) / r = (1 / (1 - r^2) - f) / r^2, log_0(y) = f y and d log_0(y) / dy = f I + g y y^T
-    (symmetric). g is read from its series 2/3 + 4r^2/5 + 6r^4/7 + 8r^6/9 below r = 0.05 (the
-    difference cancels there). y [..., d] -> (f, g) [..., 1] each."""
+    (symmetric). Below r = 0.05 both are read from their series in r^2,
+    f = 1 + r^2/3 + r^4/5 + ... + r^10/11 and g = 2/3 + 4r^2/5 + 6r^4/7 + 8r^6/9 (g's difference
+    cancels there), so f and g are smooth in r^2 = |y|^2: their derivatives of every order are
+    finite at y = 0 (through |y| the first is 0 * inf = NaN there; a kick differentiated by
+    autograd differentiates the features (y, log_0 y) twice). y [..., d] -> (f, g) [..., 1]."""
     r2 = sqnorm(y)  # [..., 1]
-    n = r2.sqrt().clamp_min(MIN_NORM)
-    n_c = n.clamp_max(1 - torch.finfo(y.dtype).eps)
-    f = torch.atanh(n_c) / n
-    small = n < 0.05
+    small = r2 < 0.05**2
     r2_safe = torch.where(small, torch.ones_like(r2), r2)
-    g_exact = (1.0 / (1.0 - n_c.square()) - f) / r2_safe
+    n = r2_safe.sqrt()
+    n_c = n.clamp_max(1 - torch.finfo(y.dtype).eps)
+    f_exact = torch.atanh(n_c) / n
+    g_exact = (1.0 / (1.0 - n_c.square()) - f_exact) / r2_safe
+    f_series = 1 + r2 * (1 / 3 + r2 * (1 / 5 + r2 * (1 / 7 + r2 * (1 / 9 + r2 / 11))))
     g_series = 2 / 3 + r2 * (4 / 5 + r2 * (6 / 7 + r2 * 8 / 9))
-    return f, torch.where(small, g_series, g_exact)
+    return torch.where(small, f_series, f_exact), torch.where(small, g_series, g_exact)
 
 
 def logmap0_vjp(y: Tensor, w: Tensor, jacobian: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -227,11 +237,22 @@ def project(z: Tensor, max_norm: float) -> Tensor:
     return z * (max_norm / n).clamp_max(1.0)
 
 
+def _gyr_to(x: Tensor, y: Tensor, v: Tensor) -> Tensor:
+    """gyr[y, -x] v, evaluated as gyr[y, (-x) (+) y] v (the right loop property
+    gyr[a, b] = gyr[a, b (+) a]). The closed form of gyr[y, -x] cancels for nearby points near
+    the boundary: its denominator 1 - 2<x,y> + |x|^2 |y|^2 = (1 - |x|^2)(1 - |y|^2) + |x - y|^2
+    and its numerator are O(1) terms summing to O(1 - |x|^2) (float32 relative error of the
+    transport 0.14 at |x| = 0.999, 4e8 at 1 - 1e-4; tests/geometry/test_boundary_fuzz.py). With
+    (-x) (+) y from gyro_difference nothing cancels there (7e-5, 7e-4; 6e-3 at 1 - 1e-5).
+    x, y, v [..., d] -> [..., d]."""
+    return gyration(y, gyro_difference(x, y), v)
+
+
 def parallel_transport(x: Tensor, y: Tensor, v: Tensor) -> Tensor:
     """Parallel transport of a tangent vector v at x to y along the geodesic:
-    P_{x->y}(v) = (lambda_x / lambda_y) gyr[y, -x] v. Preserves the metric norm
-    lambda |v|."""
-    return (conformal_factor(x) / conformal_factor(y)) * gyration(y, -x, v)
+    P_{x->y}(v) = (lambda_x / lambda_y) gyr[y, -x] v (gyr[y, -x] as in _gyr_to). Preserves the
+    metric norm lambda |v|."""
+    return (conformal_factor(x) / conformal_factor(y)) * _gyr_to(x, y, v)
 
 
 def christoffel_contract(z: Tensor, v: Tensor) -> Tensor:
@@ -257,11 +278,12 @@ def transported_velocity_error(z: Tensor, p: Tensor, z_t: Tensor, p_t: Tensor) -
     """lambda(z*)^2 |P_{z->z*} v - v*|^2: the metric norm at z* of the error of the velocity
     v = G^-1(z) p after parallel transport to z*, against v* = G^-1(z*) p* (seed 003 Def 281,
     docs/seed_map.md). P_{z->z*} = (lambda(z) / lambda(z*)) gyr[z*, -z] is written through
-    a = 1 - |z|^2 (lambda = 2 / a), so the ratio is a* / a. z, p, z_t, p_t [..., d] -> [...]."""
+    a = 1 - |z|^2 (lambda = 2 / a), so the ratio is a* / a (gyr[z*, -z] as in _gyr_to).
+    z, p, z_t, p_t [..., d] -> [...]."""
     a, a_t = one_minus_sqnorm(z), one_minus_sqnorm(z_t)  # 2 / lambda
     v = p * (0.5 * a).square()  # G^-1 p
     v_t = p_t * (0.5 * a_t).square()
-    dv = (a_t / a) * gyration(z_t, -z, v) - v_t  # [..., d]
+    dv = (a_t / a) * _gyr_to(z, z_t, v) - v_t  # [..., d]
     return (dv / (0.5 * a_t)).square().sum(-1)  # lambda(z*)^2 |dv|^2 [...]
 
 
@@ -283,7 +305,9 @@ def geodesic_drift(
     parallel_transport and metric_factor (the tests check it), in one pass that reads |z|^2 and
     |z'|^2 once: with a = 1 - |z|^2 and a' = 1 - |z'|^2, lambda = 2 / a, so
     P_{z->z'} v = (a' / a) gyr[z', -z] v and p' = 4 gyr[z', -z] v / (a a') (~60 small ops where
-    the composition takes ~90; on CPU a rollout's cost is per op).
+    the composition takes ~90; on CPU a rollout's cost is per op). gyr[z', -z] is
+    gyr[z', (-z) (+) z'] (as in _gyr_to), and (-z) (+) z' is the step s itself (z' = z (+) s),
+    or gyro_difference's form for a projected z'.
     z, p, correction [..., d] -> (z', p') [..., d].
     """
     eps = torch.finfo(z.dtype).eps
@@ -302,13 +326,18 @@ def geodesic_drift(
         y = y * (max_norm / _safe_norm(y)).clamp_max(1.0)
     y2 = sqnorm(y)
     a_y = (1.0 - y2).clamp_min(eps)
-    # gyr[y, -z] v (gyration's closed form with u = y, v = -z)
-    yz = (y * z).sum(-1, keepdim=True)
+    if max_norm is not None:  # (-z) (+) y for the projected y (gyro_difference's form)
+        delta = y - z
+        d2 = sqnorm(delta)
+        s = (a * delta - d2 * z) / (a * a_y + d2)
+        s2 = sqnorm(s)
+    # gyr[y, -z] v = gyr[y, s] v (gyration's closed form with u = y, v = s)
+    cy = 1.0 + 2.0 * (y * s).sum(-1, keepdim=True)  # 1 + 2<y, s>
     yv = (y * v).sum(-1, keepdim=True)
-    zv = (z * v).sum(-1, keepdim=True)
-    coef_y = 2.0 * (2.0 * yz * zv - yv * z2 - zv)
-    coef_z = 2.0 * (zv * y2 - yv)
-    gyr = v + (coef_y * y - coef_z * z) / (1.0 - 2.0 * yz + y2 * z2).clamp_min(MIN_NORM)
+    sv = (s * v).sum(-1, keepdim=True)
+    coef_y = 2.0 * (cy * sv - yv * s2)
+    coef_s = -2.0 * (sv * y2 + yv)
+    gyr = v + (coef_y * y + coef_s * s) / (cy + y2 * s2).clamp_min(MIN_NORM)
     return y, gyr * (4.0 / (a * a_y))
 
 

@@ -23,8 +23,14 @@ MIN_NORM = 1e-15
 
 def normalize(x: Tensor) -> Tensor:
     """x / |x| over the last dim. A zero vector stays zero (it has no direction); callers that
-    need a point on the sphere for it must decide what that means."""
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)
+    need a point on the sphere for it must decide what that means. Its derivatives there are 0
+    (x / max(|x|, MIN_NORM) had slope 1 / MIN_NORM = 1e15 at 0, and a NaN second derivative:
+    |x|'s backward at 0 is a masked 0 / 0; a kick differentiated by autograd differentiates the
+    KRR kernel's normalised queries twice, and its force at z = 0 read 1e12). A zero row's norm
+    is read off a nonzero stand-in, so no 0 / 0 is formed."""
+    zero = (x == 0).all(dim=-1, keepdim=True)  # [..., 1]
+    n = (x + zero.to(x.dtype)).norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)  # [..., 1]
+    return torch.where(zero, 0.0, x / n)
 
 
 def dist(x: Tensor, y: Tensor, keepdim: bool = False) -> Tensor:

@@ -59,13 +59,9 @@ def _pauli_and_identity(dtype: torch.dtype, device: torch.device) -> tuple[Tenso
 
 def su2_exp(theta: Tensor) -> Tensor:
     """exp(-i theta . sigma / 2) = cos(|theta|/2) I - i sin(|theta|/2) theta_hat . sigma in closed
-    form (no matrix exponential; smooth at theta = 0 through sinc).
+    form (no matrix exponential; the coefficients are su2_quaternion's, smooth at theta = 0).
     theta [..., 3] real -> [..., 2, 2] complex."""
-    norm = theta.norm(dim=-1)  # [...]
-    cos = torch.cos(0.5 * norm)
-    # sin(|t|/2) / |t| = sinc(|t| / 2pi) / 2, with torch.sinc(x) = sin(pi x) / (pi x)
-    s = 0.5 * torch.sinc(norm / (2 * math.pi))  # [...]
-    a, b, c = (s.unsqueeze(-1) * theta).unbind(-1)  # [...] each: sin(|t|/2) t_hat
+    cos, a, b, c = su2_quaternion(theta).unbind(-1)  # [...] each: a, b, c = sin(|t|/2) t_hat
     # cos I - i (a sigma_1 + b sigma_2 + c sigma_3) = [[cos - i c, -b - i a], [b - i a, cos + i c]]
     top = torch.stack([torch.complex(cos, -c), torch.complex(-b, -a)], dim=-1)
     bottom = torch.stack([torch.complex(b, -a), torch.complex(cos, c)], dim=-1)
@@ -75,9 +71,18 @@ def su2_exp(theta: Tensor) -> Tensor:
 def su2_quaternion(theta: Tensor) -> Tensor:
     """exp(-i theta . sigma / 2) = q_0 I - i (q_1 sigma_1 + q_2 sigma_2 + q_3 sigma_3) as its unit
     quaternion q = (cos(|theta|/2), sin(|theta|/2) theta_hat) (su2_exp's matrix, in real
-    arithmetic). theta [..., 3] -> [..., 4]."""
-    norm = theta.norm(dim=-1, keepdim=True)  # [..., 1]
-    return torch.cat([torch.cos(0.5 * norm), 0.5 * torch.sinc(norm / (2 * math.pi)) * theta], -1)
+    arithmetic). theta [..., 3] -> [..., 4].
+
+    Functions of t^2 = |theta|^2, smooth to every order at theta = 0 (a kick differentiated by
+    autograd differentiates the Wilson lines twice; through |theta| the second derivative at 0
+    is NaN): cos(t/2) and sin(t/2)/t from their series below t = 1e-2 (truncation < 1e-16),
+    and from the same angle t/2 above (|q| = 1 to rounding at any |theta|)."""
+    t2 = theta.square().sum(-1, keepdim=True)  # [..., 1]
+    small = t2 < 1e-4
+    t = torch.where(small, torch.ones_like(t2), t2).sqrt()
+    cos = torch.where(small, 1.0 - t2 / 8 * (1.0 - t2 / 48), torch.cos(0.5 * t))
+    sin_t = torch.where(small, 0.5 - t2 / 48 * (1.0 - t2 / 80), torch.sin(0.5 * t) / t)
+    return torch.cat([cos, sin_t * theta], -1)
 
 
 @functools.lru_cache(maxsize=8)
@@ -124,7 +129,7 @@ def su2_exp_jacobian_vjp(theta: Tensor, e: Tensor) -> Tensor:
     ((1 - cos t)/t^2 = sinc(t/2)^2/2 is smooth; (t - sin t)/t^3 uses its series below 1e-2).
     theta, e [..., 3] -> [..., 3]."""
     t2 = theta.square().sum(-1, keepdim=True)  # [..., 1]
-    t = t2.sqrt()
+    t = theta.norm(dim=-1, keepdim=True)  # not t2.sqrt(): its gradient at 0 is 0 * inf = NaN
     a = 0.5 * torch.sinc(t / (2 * math.pi)).square()  # (1 - cos t) / t^2
     small = t < 1e-2
     t_safe = torch.where(small, torch.ones_like(t), t)

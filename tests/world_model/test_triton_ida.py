@@ -201,8 +201,8 @@ def test_key_masks_and_fully_masked_rows_match_the_reference():
 
 @interpreted
 def test_a_key_of_mass_zero_is_not_attended_and_has_the_one_sided_gradient():
-    """Mass 0 drops the key; its mass gradient is finite and equals the reference's at a mass
-    of 1e-30 (where the reference, whose graph holds log 0, gives nan at 0 itself)."""
+    """Mass 0 drops the key; its mass gradient is the one-sided derivative: the reference's at
+    a mass of 1e-30 (the reference's at 0 itself is 0, its log m being floored)."""
     q, k, v, mass = inputs("poincare", n_q=6, n_k=9, dim=3, dim_v=2, dtype=torch.float64, seed=23)
     mass[4] = 0.0
     tiny = mass.clone()

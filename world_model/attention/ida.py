@@ -292,11 +292,15 @@ def inverse_distance_weights(
     sqdist [..., Nq, Nk]; mask bool broadcastable to it (True = may attend); key_mass [..., Nk]
     >= 0 (mass 0 = not attended). Computed as softmax(-log(d^2 + eps) + log m), i.e. divided by
     the row's largest term, so nothing overflows for small eps. A row with no allowed key is 0.
+    log m is floored at the smallest normal number: a key of mass exactly 0 is masked out, and
+    its mass gradient is 0 (log 0 in the graph gave 0 * inf = NaN, e.g. to L-HIDA's anchors
+    through the masses of a fully masked row; tests/world_model/test_attention_boundary_fuzz.py).
     """
     logits = -torch.log(sqdist + eps)  # [..., Nq, Nk]
     if key_mass is not None:
-        logits = logits + torch.log(key_mass).unsqueeze(-2)  # log 0 = -inf: not attended
-        positive = (key_mass > 0).unsqueeze(-2)
+        log_mass = torch.log(key_mass.clamp_min(torch.finfo(key_mass.dtype).tiny))  # [..., Nk]
+        logits = logits + log_mass.unsqueeze(-2)
+        positive = (key_mass > 0).unsqueeze(-2)  # mass 0: not attended
         mask = positive if mask is None else mask & positive
     if mask is None:
         return torch.softmax(logits, dim=-1)

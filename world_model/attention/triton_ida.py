@@ -7,8 +7,8 @@ keeps each row's log-sum, from which the backward recomputes the weights block b
 kernels and their equations: world_model/attention/triton_ida_kernels.py). The gradient flows
 to queries, keys, values and the per-key masses, as through the PyTorch reference
 :func:`world_model.attention.ida.inverse_distance_attention`, which it matches up to rounding;
-one departure: at a mass of exactly 0 the reference's gradient is nan (log 0 in its graph),
-the kernel's is the one-sided derivative (finite).
+one departure: at a mass of exactly 0 the reference's mass gradient is 0 (its log m is
+floored), the kernel's is the one-sided derivative.
 
 Where it runs (:func:`fusion_refusal`): CUDA tensors of float32, bfloat16 or float16 (computed
 in float32), metric "euclidean" or "poincare" (the sphere's atan2 is not in Triton's core
