@@ -1,6 +1,8 @@
 """Command-line plumbing shared by the `python -m agent.*` commands (library code).
 
 - `OneLineParser`: argparse whose errors are one line and exit 2.
+- `as_config_error`, `nonempty`, `out_of_range`: bad input found while building, a path that
+  is empty, an int flag outside its range, each as one line.
 - `add_config_flags` / `config_overrides`: a flag for every field of every config section,
   generated from the dataclasses (`--planner.horizon 5`, `--dynamics.head.wilson path_ordered`;
   nested dataclass fields get dotted paths), with the field's docstring and default as help.
@@ -10,33 +12,83 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import types
 import typing
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
-from agent.config import field_docs
+from agent.config import INT_MAX, ConfigError, field_docs
 
 __all__ = [
     "OneLineParser",
+    "PATH_METAVARS",
     "add_config_flags",
+    "as_config_error",
     "config_overrides",
     "dotted_table",
     "field_doc",
     "markdown_table",
     "merge_tables",
+    "nonempty",
+    "out_of_range",
     "parse_value",
 ]
 
 _DEST = "config:"  # argparse dest prefix of the generated flags
 
 
+PATH_METAVARS = ("FILE", "DIR", "RUN_DIR", "OUT")  # the metavars of the commands' path arguments
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors (argparse prints usage and the error on two) and exit 2."""
+    """argparse with one-line errors (argparse prints usage and the error on two) and exit 2;
+    an argument whose metavar names a path (PATH_METAVARS) and that has no type of its own
+    takes no empty string (`Path("")` would silently be this folder)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if kwargs.get("metavar") in PATH_METAVARS and "type" not in kwargs:
+            kwargs["type"] = nonempty
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+@contextlib.contextmanager
+def as_config_error() -> Iterator[None]:
+    """A ValueError raised inside (a component's own check when it is built from a validated
+    config) or a folder that cannot be made because a file is in its way, as a one-line
+    ConfigError: bad input (exit 2), not a crash. Other OSErrors (a full disk, a read-only
+    folder) pass: the commands call those a failed write."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (FileExistsError, NotADirectoryError) as err:
+        where = f" {str(err.filename)!r}" if err.filename else ""
+        raise ConfigError(
+            f"cannot create{where}: {err.strerror or err} (a file is in the way)"
+        ) from None
+    except ValueError as err:
+        raise ConfigError((str(err).strip().splitlines() or [type(err).__name__])[0]) from None
+
+
+def nonempty(text: str) -> str:
+    """argparse type of a path flag: the empty string is an error (Path("") is this folder)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (use . for this folder)")
+    return text
+
+
+def out_of_range(flag: str, value: int | None, minimum: int) -> str | None:
+    """'FLAG must be >= minimum, got v' (or <= INT_MAX: int64, as torch and numpy read it) for
+    an int flag's value outside [minimum, INT_MAX]; None inside it and for None."""
+    if value is None or minimum <= value <= INT_MAX:
+        return None
+    bound = f">= {minimum}" if value < minimum else f"<= {INT_MAX}"
+    return f"{flag} must be {bound}, got {value}"
 
 
 def _walk(cls: type, prefix: str = "") -> Iterator[tuple[str, Any, str, Any]]:

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent.cli import OneLineParser
+from agent.cli import OneLineParser, as_config_error
 from agent.comparison.config import DEFAULT_WORLD_MODELS, CompareConfig
 from agent.comparison.report import format_table
 from agent.comparison.results import Comparison, read_config
@@ -115,7 +115,7 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
 
 def config_from_args(args: argparse.Namespace) -> CompareConfig:
     """Flags over the --config file over the defaults."""
-    overrides = load_config_file(args.config) if args.config else {}
+    overrides = load_config_file(args.config) if args.config is not None else {}
     train = overrides.get("train", {}) if isinstance(overrides.get("train", {}), dict) else {}
     if args.steps is not None:
         steps = args.steps
@@ -128,7 +128,7 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     if not points and isinstance(every, int) and not isinstance(every, bool) and every > 0:
         points = tuple(range(every, steps + 1, every))  # the config file's evaluation interval
     return CompareConfig(
-        env_id=args.env or train.get("env_id", TrainConfig.env_id),
+        env_id=args.env if args.env is not None else train.get("env_id", TrainConfig.env_id),
         seeds=args.seeds,
         steps=steps,
         points=points,
@@ -157,10 +157,10 @@ def run_from_args(
         if args.resume is not None:
             config, out = resumed_config(args, argv)
         else:
-            config = config_from_args(args)
-            out = None
-        preflight(config)
-        out = out or output_dir(args.out, config.env_id)
+            config, out = config_from_args(args), None
+        with as_config_error():  # a component's own check at construction, --out under a file
+            preflight(config)
+            out = out or output_dir(args.out, config.env_id)
     except (ConfigError, EnvError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2, None

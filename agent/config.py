@@ -18,8 +18,10 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import functools
 import inspect
 import json
+import math
 import textwrap
 import types
 import typing
@@ -34,9 +36,11 @@ from world_model.training import LossConfig
 
 __all__ = [
     "ConfigError",
+    "INT_MAX",
     "TrainConfig",
     "AgentConfig",
     "RunConfig",
+    "check_device",
     "config_from_dict",
     "field_docs",
     "load_config_file",
@@ -44,6 +48,7 @@ __all__ = [
 ]
 
 DEVICES_HELP = "auto (cuda if available, else cpu), cpu, cuda or cuda:N"
+INT_MAX = 2**63 - 1  # torch's and numpy's int64: a larger size, count or seed overflows in them
 
 
 class ConfigError(ValueError):
@@ -69,7 +74,7 @@ class TrainConfig:
     seed: int = 1
     """seed of every random generator of the run"""
     logdir: str = "runs"
-    """parent folder of the run folder runs/{env}__{world_model}__{seed}__{time}"""
+    """parent folder of the run folder runs/{env}__{world_model}__{seed}__{time} (not empty)"""
     device: str = "auto"
     """torch device: auto (cuda if available, else cpu), cpu, cuda or cuda:N"""
     seed_steps: int = 1000
@@ -97,6 +102,8 @@ class TrainConfig:
     def __post_init__(self):
         if not self.env_id:
             raise ConfigError("train.env_id must be a non-empty string")
+        if not self.logdir:
+            raise ConfigError("train.logdir must be a non-empty path (use . for this folder)")
         _positive_int(self, "steps", "train")
         if self.max_episode_steps is not None:
             _positive_int(self, "max_episode_steps", "train")
@@ -111,9 +118,14 @@ class TrainConfig:
         _positive_int(self, "log_every", "train")
         _positive_int(self, "diagnostics_every", "train")
         _positive_int(self, "buffer_capacity", "train")
-        dev = self.device
-        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-            raise ConfigError(f"train.device must be {DEVICES_HELP}; got {dev!r}")
+        check_device(self.device, "train.device")
+
+
+def check_device(name: str, what: str = "--device") -> None:
+    """ConfigError unless `name` is auto, cpu, cuda or cuda:N (whether it exists is
+    agent.agent.resolve_device's check)."""
+    if not (name in ("auto", "cpu", "cuda") or (name[:5] == "cuda:" and name[5:].isdigit())):
+        raise ConfigError(f"{what} must be {DEVICES_HELP}; got {name!r}")
 
 
 @dataclass
@@ -199,6 +211,19 @@ def _type_ok(tp: Any, value: Any) -> bool:
     return True
 
 
+def _range_problem(value: Any) -> str | None:
+    """Why a value of the right type is still no config value: a float that is not finite (nan
+    and inf would reach the optimisers and losses), an int beyond 64 bits (torch and numpy
+    overflow on it as a size or seed); None if it is fine."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_MAX:
+        return f"must fit in 64 bits (at most {INT_MAX})"
+    if isinstance(value, tuple | list):
+        return next((p for p in map(_range_problem, value) if p is not None), None)
+    return None
+
+
 def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
@@ -227,6 +252,9 @@ def config_from_dict(cls: type, data: Any, section: str, base: Any = None) -> An
             continue
         if not _type_ok(tp, value):
             raise ConfigError(f"{section}.{key} must be {_type_name(tp)}, got {value!r}")
+        problem = _range_problem(value)
+        if problem is not None:
+            raise ConfigError(f"{section}.{key} {problem}, got {value!r}")
         values[key] = value
     try:
         return cls(**values)
@@ -236,6 +264,12 @@ def config_from_dict(cls: type, data: Any, section: str, base: Any = None) -> An
 
 def field_docs(cls: type) -> dict[str, str]:
     """The docstring under each field of a dataclass (attribute docstrings, read from source)."""
+    return dict(_field_docs(cls))
+
+
+@functools.cache
+def _field_docs(cls: type) -> dict[str, str]:
+    # parsing the source is most of a command's start-up (0.4 s for agent.train's parser)
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):

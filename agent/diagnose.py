@@ -33,8 +33,8 @@ import json
 import sys
 
 from agent.checkpoint import CheckpointError
-from agent.cli import OneLineParser
-from agent.config import ConfigError
+from agent.cli import OneLineParser, out_of_range
+from agent.config import ConfigError, check_device
 from agent.inspection import diagnose
 from agent.inspection_format import format_report
 from agent.runs import RunError
@@ -73,10 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.states < 1:
-        print(f"{PROG}: error: --states must be >= 1, got {args.states}", file=sys.stderr)
+    problem = out_of_range("--states", args.states, 1)
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
     try:
+        if args.device is not None:
+            check_device(args.device)
         report = diagnose(args.run, args.states, args.device)
     except (RunError, CheckpointError, ConfigError, EnvError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

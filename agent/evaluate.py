@@ -18,8 +18,8 @@ import numpy as np
 
 from agent.agent import Agent
 from agent.checkpoint import CheckpointError
-from agent.cli import OneLineParser
-from agent.config import ConfigError
+from agent.cli import OneLineParser, out_of_range
+from agent.config import ConfigError, check_device
 from agent.episodes import run_episodes
 from agent.runs import RunError, checkpoint_path, make_run_env, make_run_vector_env
 from envs import EnvError
@@ -72,11 +72,14 @@ def _video_path(folder: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.episodes < 1:
-        print(f"{PROG}: error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
+    problem = out_of_range("--episodes", args.episodes, 1) or out_of_range("--seed", args.seed, 0)
+    if problem:
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
     run = Path(args.run)
     try:
+        if args.device is not None:
+            check_device(args.device)
         agent = Agent.load(checkpoint_path(run), device=args.device)
         env_id = agent.config.train.env_id
         seed = agent.config.train.eval_seed if args.seed is None else args.seed

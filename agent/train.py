@@ -28,6 +28,7 @@ from agent.checkpoint import CheckpointError
 from agent.cli import (
     OneLineParser,
     add_config_flags,
+    as_config_error,
     config_overrides,
     dotted_table,
     field_doc,
@@ -117,7 +118,7 @@ def build_parser(world_model: str | None = None) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Defaults < --config FILE < generated flags < short flags. The world model is known
     before the file is read, so the file's [dynamics] section is checked against it."""
-    data: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    data: dict[str, Any] = load_config_file(args.config) if args.config is not None else {}
     flags = config_overrides(args)
     for flag, path in ALIASES.items():
         if getattr(args, flag, None) is not None:
@@ -141,6 +142,8 @@ def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
                 "given with it (only --steps, --device)"
             )
         overrides = {"train": {"steps": args.steps}} if args.steps is not None else None
+        if args.device is not None:  # checked as the config checks it ("" too)
+            TrainConfig(device=args.device)
         trainer = Agent.resume(args.resume, device=args.device, progress=True, overrides=overrides)
         run_dir = Path(args.resume)
         meta_path = run_dir / "meta.json"
@@ -150,8 +153,9 @@ def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
         print(f"resuming {run_dir} at step {trainer.agent.num_timesteps}", file=sys.stderr)
         return trainer, run_dir
     config = config_from_args(args)
-    agent = Agent(None, config)
-    run_dir = make_run_dir(config)
+    with as_config_error():  # a component's own check at construction, a --logdir file
+        agent = Agent(None, config)
+        run_dir = make_run_dir(config)
     (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     (run_dir / "meta.json").write_text(json.dumps(run_metadata(PROG, argv), indent=2))
     trainer = Trainer(agent, run_dir, progress=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.cli import merge_tables
-from agent.config import ConfigError, RunConfig, TrainConfig
+from agent.config import INT_MAX, ConfigError, RunConfig, TrainConfig
 from world_model.registry import dynamics_names, get_dynamics
 
 __all__ = ["SAC", "DEFAULT_POINTS", "DEFAULT_WORLD_MODELS", "CompareConfig", "default_points"]
@@ -29,6 +29,8 @@ def default_points(steps: int) -> tuple[int, ...]:
 def _positive(value: Any, flag: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+    if value > INT_MAX:  # torch and numpy overflow on it
+        raise ConfigError(f"{flag} must be <= {INT_MAX}, got {value}")
 
 
 @dataclass
@@ -59,6 +61,8 @@ class CompareConfig:
     """the [train] section every method shares (env, episode limit, eval seed, threads)"""
 
     def __post_init__(self):
+        if not isinstance(self.env_id, str) or not self.env_id:
+            raise ConfigError(f"--env must be a gymnasium environment id, got {self.env_id!r}")
         _positive(self.seeds, "--seeds")
         _positive(self.steps, "--steps")
         _positive(self.episodes, "--episodes")
