@@ -135,8 +135,6 @@ def replace_atomically(path: str | Path, write: Callable[[Path], Any]) -> Path:
         write(tmp)
         os.replace(tmp, path)
     except OSError as err:
-        if isinstance(err, RunWriteError):
-            raise
         reason = err.strerror or str(err) or type(err).__name__
         kept = "the previous one is intact" if path.is_file() else "there was none before"
         raise RunWriteError(

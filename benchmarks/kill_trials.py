@@ -33,6 +33,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -232,9 +233,23 @@ def scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
             for tag in events.Tags()["scalars"]}  # fmt: skip
 
 
-def compare_curves(run: Path, reference: Path) -> tuple[bool, bool, list[str]]:
+@dataclass(frozen=True)
+class Reference:
+    """What every trial is compared with: the uninterrupted run's final digests and curves,
+    read once."""
+
+    digests: dict[str, str]
+    curves: dict[str, list[tuple[int, float]]]
+
+    @classmethod
+    def of(cls, run: Path) -> Reference:
+        return cls(final_digests(run), scalars(run))
+
+
+def compare_curves(
+    got: dict[str, list[tuple[int, float]]], want: dict[str, list[tuple[int, float]]]
+) -> tuple[bool, bool, list[str]]:
     """(same steps per tag, no duplicated step, tags whose compared values differ)."""
-    got, want = scalars(run), scalars(reference)
     same_steps = set(got) == set(want) and all(
         [s for s, _ in got[t]] == [s for s, _ in want[t]] for t in want
     )
@@ -245,7 +260,7 @@ def compare_curves(run: Path, reference: Path) -> tuple[bool, bool, list[str]]:
     return same_steps, unique, differ
 
 
-def run_trial(trial: Trial, base_argv: list[str], root: Path, reference: Path) -> dict:
+def run_trial(trial: Trial, base_argv: list[str], root: Path, reference: Reference) -> dict:
     logdir = root / trial.name
     argv = [*base_argv, "--logdir", str(logdir)]
     marker = root / f"{trial.name}-{MARKER}"
@@ -254,13 +269,11 @@ def run_trial(trial: Trial, base_argv: list[str], root: Path, reference: Path) -
     killed_at = train(argv, first, marker)
     run = run_folder(logdir)
     resumed_from = checkpoint_step(run)
-    if trial.hook in ("renamed",):
+    if trial.hook == "renamed":
         killed_at = resumed_from  # the kill landed at the checkpoint's own step
     kills = 1
     if resumed_from is None:  # killed before the first checkpoint: start again
-        for path in sorted(run.iterdir()):
-            path.unlink()
-        run.rmdir()
+        shutil.rmtree(run)
         train(argv)
         resumed_from = 0
     else:
@@ -269,7 +282,7 @@ def run_trial(trial: Trial, base_argv: list[str], root: Path, reference: Path) -
             kills += 1
         train(["--resume", str(run)])
     run = run_folder(logdir)
-    same_steps, unique, differ = compare_curves(run, reference)
+    same_steps, unique, differ = compare_curves(scalars(run), reference.curves)
     return {
         "trial": trial.name,
         "killed": trial.description,
@@ -277,7 +290,7 @@ def run_trial(trial: Trial, base_argv: list[str], root: Path, reference: Path) -
         "killed_at": killed_at,
         "resumed_from": resumed_from,
         "lost_steps": None if killed_at is None else max(0, killed_at - resumed_from),
-        "identical": final_digests(run) == final_digests(reference),
+        "identical": final_digests(run) == reference.digests,
         "curves_same_steps": same_steps,
         "curves_no_duplicates": unique,
         "curve_values_differ": differ,
@@ -321,7 +334,7 @@ def run_trials(names: list[str] | None, steps: int, world_model: str, out: Path)
     cfg.write_text(json.dumps(config(steps, world_model)))
     base = ["--config", str(cfg)]
     train([*base, "--logdir", str(out / "reference")])
-    reference = run_folder(out / "reference")
+    reference = Reference.of(run_folder(out / "reference"))
     chosen = [t for t in trials(steps, 25, 50) if names is None or t.name in names]
     return [run_trial(t, base, out, reference) for t in chosen]
 
