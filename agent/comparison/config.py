@@ -40,7 +40,10 @@ class CompareConfig:
     env_id: str = "Pendulum-v1"
     """gymnasium environment id with continuous actions"""
     seeds: int = 3
-    """every method trains once per seed 1..seeds"""
+    """every method trains once per seed first_seed .. first_seed + seeds - 1"""
+    first_seed: int = 1
+    """the first of the seeds (a comparison's seeds split across machines or sessions: the
+    first 1, the second --first-seed 2, merged with `agent.compare --merge`)"""
     steps: int = 5000
     """env steps of every run"""
     points: tuple[int, ...] = ()
@@ -64,6 +67,8 @@ class CompareConfig:
         if not isinstance(self.env_id, str) or not self.env_id:
             raise ConfigError(f"--env must be a gymnasium environment id, got {self.env_id!r}")
         _positive(self.seeds, "--seeds")
+        _positive(self.first_seed, "--first-seed")
+        _positive(self.first_seed + self.seeds - 1, "--first-seed + --seeds - 1")
         _positive(self.steps, "--steps")
         _positive(self.episodes, "--episodes")
         for point in self.points:
@@ -102,7 +107,7 @@ class CompareConfig:
 
     @property
     def seed_list(self) -> list[int]:
-        return list(range(1, self.seeds + 1))
+        return list(range(self.first_seed, self.first_seed + self.seeds))
 
     @property
     def methods(self) -> list[str]:
@@ -115,7 +120,7 @@ class CompareConfig:
         stopped and resumed has complete references early and every later run is compared as
         soon as it finishes."""
         first = [m for m in (SAC, self.reference) if m in self.methods]
-        ordered = first + [m for m in self.methods if m not in first]
+        ordered = list(dict.fromkeys(first + self.methods))  # SAC alone is its own reference
         return [(method, seed) for method in ordered for seed in self.seed_list]
 
     def _train_overrides(self, world_model: str, seed: int) -> dict[str, Any]:
@@ -153,10 +158,11 @@ class CompareConfig:
     def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
         """The comparison `to_dict` describes (a results.json), validated again."""
         try:
-            methods = list(data["methods"])
+            methods, seeds = list(data["methods"]), [int(s) for s in data["seeds"]]
             return cls(
                 env_id=data["env_id"],
-                seeds=len(data["seeds"]),
+                seeds=max(seeds) - min(seeds) + 1,
+                first_seed=min(seeds),
                 steps=data["steps"],
                 points=tuple(data["points"]),
                 world_models=tuple(m for m in methods if m != SAC),
@@ -165,7 +171,7 @@ class CompareConfig:
                 overrides=data.get("overrides", {}),
                 reference=data.get("reference"),
             )
-        except (KeyError, TypeError) as err:
+        except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"not a comparison's results ({type(err).__name__}: {err})") from None
 
     def to_dict(self) -> dict[str, Any]:

@@ -261,6 +261,8 @@ def test_runs_go_one_method_at_a_time_references_first():
     assert config.run_order == [(m, s) for m in ("sac", "gru", "geodesic") for s in seeds]
     config = CompareConfig(seeds=2, steps=10, sac=False, reference="geodesic")
     assert config.run_order == [(m, s) for m in ("geodesic", "gru") for s in seeds]
+    config = CompareConfig(seeds=2, steps=10, world_models=())  # SAC alone: each seed once
+    assert config.reference == "sac" and config.run_order == [("sac", 1), ("sac", 2)]
 
 
 def test_dynamics_sub_tables_go_to_their_world_model_only():
