@@ -1,8 +1,9 @@
 """Geodesic Sparse Routing (GSR), seed 000 §10.1-10.3: route each query to its top-K prototypes
 by SIDA weight and combine their values.
 
-The routing is written as the seed's distributed protocol (§10.3), one function per step, so a
-later change can run the steps on torch.distributed (a shard of the pool per worker):
+The routing is written as the seed's distributed protocol (§10.3), one function per step;
+world_model/memory/gsr_distributed.py runs them on torch.distributed (a shard of the pool per
+rank):
 
 1. :func:`local_step`   score the worker's prototypes, keep its top-K scores (and global
    indices) and its log-normaliser log sum_e exp(s_e); no communication.
@@ -36,7 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .routing import MemoryPool, sida_logits, soft_routing
+from .routing import MemoryPool, ordered_topk, sida_logits, soft_routing
 
 __all__ = [
     "GSRConfig",
@@ -93,8 +94,7 @@ def local_step(
     """Step 1 on one worker: queries [..., Nq, m] (unit), its prototypes [P_l, m] (unit) with
     mask [P_l] whose global indices start at `offset`."""
     logits = sida_logits(queries, prototypes, eps, active)  # [..., Nq, P_l]
-    kl = min(k, logits.shape[-1])
-    top, idx = torch.topk(logits, kl, dim=-1)
+    top, idx = ordered_topk(logits, k)
     idx = (idx + offset).masked_fill(~torch.isfinite(top), -1)
     return LocalTopK(top, idx, torch.logsumexp(logits, dim=-1, keepdim=True))
 
@@ -104,8 +104,8 @@ def merge_step(parts: list[LocalTopK], k: int) -> LocalTopK:
     scores = torch.cat([p.scores for p in parts], dim=-1)  # [..., Nq, sum k_l]
     indices = torch.cat([p.indices for p in parts], dim=-1)
     log_z = torch.logsumexp(torch.cat([p.log_normaliser for p in parts], dim=-1), -1, keepdim=True)
-    top, pos = torch.topk(scores, min(k, scores.shape[-1]), dim=-1)
-    return LocalTopK(top, torch.gather(indices, -1, pos), log_z)
+    top, index = ordered_topk(scores, k, indices)  # ties: the lower global index first
+    return LocalTopK(top, index, log_z)
 
 
 def selected_weights(merged: LocalTopK, renormalise: bool) -> Tensor:

@@ -39,6 +39,7 @@ __all__ = [
     "sida_logits",
     "soft_routing",
     "hard_routing",
+    "ordered_topk",
     "clear_optimizer_rows",
 ]
 
@@ -223,10 +224,25 @@ def hard_routing(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     logits [..., Nq, P] -> indices int64 [..., Nq, K] (-1 where fewer than K prototypes are
     active) and weights [..., Nq, K] (rows sum to 1, or 0 with no active prototype). The
     weights are differentiable in the selected logits (the selection itself is not)."""
-    k = min(k, logits.shape[-1])
-    top, idx = torch.topk(logits, k, dim=-1)  # [..., Nq, K]
+    top, idx = ordered_topk(logits, k)  # [..., Nq, K]
     idx = idx.masked_fill(~torch.isfinite(top), -1)
     return idx, _softmax_rows(top)
+
+
+def ordered_topk(scores: Tensor, k: int, indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The k largest scores [..., n] in descending order, ties broken by the lower index, and
+    their indices [..., k] (`indices` [..., n]: each score's own index, e.g. a prototype's
+    global row; default its position). torch.topk leaves the order of ties unspecified, so a
+    top-K merged from shards could differ from the unsharded one where two prototypes score
+    the same; this order is one total order for both."""
+    if indices is None:
+        indices = torch.arange(scores.shape[-1], device=scores.device).expand_as(scores)
+    else:  # index order first, so the stable sort below keeps ties by index
+        order = torch.sort(indices, dim=-1, stable=True).indices
+        scores, indices = scores.gather(-1, order), indices.gather(-1, order)
+    top, pos = torch.sort(scores, dim=-1, descending=True, stable=True)
+    k = min(k, scores.shape[-1])
+    return top[..., :k], indices.gather(-1, pos[..., :k])
 
 
 @torch.no_grad()
