@@ -151,7 +151,9 @@ class Agent:
         self.scale = RunningScale(ac.scale_tau).to(self.device)
         self.planner = Planner(config.planner, self.action_dim, self.discount)
         self.generator = torch.Generator(device=self.device).manual_seed(tc.seed)
-        self.buffer = ReplayBuffer(self.obs_dim, self.action_dim, tc.buffer_capacity, seed=tc.seed)
+        self.buffer = ReplayBuffer(
+            self.obs_dim, self.action_dim, tc.buffer_capacity, seed=tc.seed, streams=tc.num_envs
+        )
         self.num_timesteps = 0
         self.num_updates = 0
         self._update_debt = 0.0
@@ -257,29 +259,41 @@ class Agent:
     def observe(
         self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool
     ) -> None:
-        """Store a transition and pass it to the dynamics' hook."""
-        self.buffer.add(obs, action, reward, next_obs, terminated, truncated)
-        self.num_timesteps += 1
-        self.model.dynamics.on_transition(
-            Transition(
-                obs=self._obs_tensor(obs).reshape(1, -1),
-                action=self._obs_tensor(action).reshape(1, -1),
-                reward=torch.tensor([[float(reward)]], device=self.device),
-                next_obs=self._obs_tensor(next_obs).reshape(1, -1),
-                terminated=bool(terminated),
-                truncated=bool(truncated),
-            )
-        )
+        """Store a transition and pass it to the dynamics' hook (one env copy)."""
+        self.observe_batch(
+            np.asarray(obs)[None], np.asarray(action)[None], np.asarray([reward]),
+            np.asarray(next_obs)[None], np.asarray([terminated]), np.asarray([truncated]),
+        )  # fmt: skip
 
-    def updates_due(self) -> int:
-        """Updates owed after the latest env step (none during the seed steps)."""
+    def observe_batch(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        """One env step of each of the K copies (obs, next_obs [K, O], action [K, A], reward,
+        terminated, truncated [K]): stored, counted as K env steps, passed to the dynamics'
+        hook copy by copy."""
+        self.buffer.add_batch(obs, action, reward, next_obs, terminated, truncated)
+        self.num_timesteps += len(reward)
+        for i in range(len(reward)):
+            self.model.dynamics.on_transition(
+                Transition(
+                    obs=self._obs_tensor(obs[i]).reshape(1, -1),
+                    action=self._obs_tensor(action[i]).reshape(1, -1),
+                    reward=torch.tensor([[float(reward[i])]], device=self.device),
+                    next_obs=self._obs_tensor(next_obs[i]).reshape(1, -1),
+                    terminated=bool(terminated[i]),
+                    truncated=bool(truncated[i]),
+                )
+            )
+
+    def updates_due(self, steps: int = 1) -> int:
+        """Updates owed after the latest `steps` env steps (one step of each copy): none during
+        the seed steps, the catch-up when they end, then updates_per_step per env step."""
         seed_steps = self.config.train.seed_steps
         if self.num_timesteps < seed_steps:
             return 0
-        if self.num_timesteps == seed_steps:  # TD-MPC2: catch up on the seed data at once
+        if self.num_timesteps - steps < seed_steps:  # TD-MPC2: catch up on the seed data at once
             extra = self.config.agent.pretrain_updates
             self._update_debt += seed_steps if extra is None else extra
-        self._update_debt += self.config.agent.updates_per_step
+            steps = self.num_timesteps - seed_steps + 1  # the steps from the last seed step on
+        self._update_debt += self.config.agent.updates_per_step * steps
         n = int(self._update_debt)
         self._update_debt -= n
         return n

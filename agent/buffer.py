@@ -1,10 +1,13 @@
 """Replay buffer of transitions that samples sub-trajectories for multi-step world-model losses.
 
-Transitions are stored in insertion order in a ring of `capacity` slots. A sub-trajectory of H
-steps starting at slot i is valid when its H slots are consecutive in time (no wrap past the
-oldest slot) and no episode ends (terminated or truncated) before its last step; the last step
-may end an episode, and its `next_obs` is then the true final observation, so TD targets
-bootstrap through truncations and stop at terminations.
+Transitions are stored in insertion order in a ring of `capacity` slots. With `streams` K > 1
+(K environment copies stepped in lock-step, agent/collection.py) every env step writes K slots,
+copy k's transition in slot t K + k, so a copy's consecutive steps lie K slots apart and the
+capacity is rounded down to a multiple of K; K = 1 is the plain ring. A sub-trajectory of H
+steps starting at slot i is valid when its H slots (i, i + K, ...) are consecutive in time (no
+wrap past the oldest slot) and no episode ends (terminated or truncated) before its last step;
+the last step may end an episode, and its `next_obs` is then the true final observation, so TD
+targets bootstrap through truncations and stop at terminations.
 
 The buffer's random generator is its own (numpy PCG64), saved in `state_dict` with the data.
 """
@@ -23,10 +26,17 @@ __all__ = ["ReplayBuffer"]
 class ReplayBuffer:
     _FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated")
 
-    def __init__(self, obs_dim: int, action_dim: int, capacity: int, seed: int = 0):
-        if capacity < 1:
-            raise ValueError(f"ReplayBuffer capacity must be >= 1, got {capacity}")
-        self.obs_dim, self.action_dim, self.capacity = obs_dim, action_dim, capacity
+    def __init__(
+        self, obs_dim: int, action_dim: int, capacity: int, seed: int = 0, streams: int = 1
+    ):
+        if streams < 1:
+            raise ValueError(f"ReplayBuffer streams must be >= 1, got {streams}")
+        if capacity < streams:
+            raise ValueError(
+                f"ReplayBuffer capacity must be >= streams ({streams}), got {capacity}"
+            )
+        self.obs_dim, self.action_dim, self.streams = obs_dim, action_dim, streams
+        self.capacity = capacity - capacity % streams
         self._allocated = 0  # storage grows by doubling up to capacity
         widths = {
             "obs": obs_dim,
@@ -62,25 +72,44 @@ class ReplayBuffer:
         return self.size
 
     def add(self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool) -> None:
-        i = self.ptr
-        self._reserve(i + 1)
-        self.obs[i] = torch.as_tensor(obs, dtype=torch.float32)
-        self.next_obs[i] = torch.as_tensor(next_obs, dtype=torch.float32)
-        self.action[i] = torch.as_tensor(action, dtype=torch.float32)
-        self.reward[i] = float(reward)
-        self.terminated[i] = float(terminated)
-        self.truncated[i] = float(truncated)
-        self._done[i] = bool(terminated or truncated)
-        self.ptr = (i + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
+        """One transition (streams = 1)."""
+        if self.streams != 1:
+            raise ValueError(
+                f"ReplayBuffer.add stores one stream's transition; this buffer has "
+                f"{self.streams} streams (add_batch)"
+            )
+        self.add_batch(
+            np.asarray(obs)[None], np.asarray(action)[None], np.asarray([reward]),
+            np.asarray(next_obs)[None], np.asarray([terminated]), np.asarray([truncated]),
+        )  # fmt: skip
 
-    def mark_truncated(self) -> None:
-        """Close the episode in progress at the last stored transition (a run stopped in the
-        middle of an episode: its next_obs is real, so it bootstraps like any truncation)."""
+    def add_batch(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        """One env step of every stream: obs, next_obs [K, O], action [K, A], reward,
+        terminated, truncated [K]."""
+        i, k = self.ptr, self.streams
+        self._reserve(i + k)
+        rows = slice(i, i + k)
+        self.obs[rows] = torch.as_tensor(np.asarray(obs), dtype=torch.float32)
+        self.next_obs[rows] = torch.as_tensor(np.asarray(next_obs), dtype=torch.float32)
+        self.action[rows] = torch.as_tensor(np.asarray(action), dtype=torch.float32)
+        as_column = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float64)).float()[:, None]  # noqa: E731
+        self.reward[rows] = as_column(reward)
+        self.terminated[rows] = as_column(terminated)
+        self.truncated[rows] = as_column(truncated)
+        self._done[rows] = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
+        self.ptr = (i + k) % self.capacity
+        self.size = min(self.size + k, self.capacity)
+
+    def mark_truncated(self, streams: np.ndarray | None = None) -> None:
+        """Close the episodes in progress at the last stored step (a run stopped in the middle
+        of an episode: its next_obs is real, so it bootstraps like any truncation); `streams`
+        [K] bool: only those streams' (default: all)."""
         if self.size == 0:
             return
-        i = (self.ptr - 1) % self.capacity
-        if not self._done[i]:
+        last = (self.ptr - self.streams + np.arange(self.streams)) % self.capacity  # [K]
+        if streams is not None:
+            last = last[np.asarray(streams, dtype=bool)]
+        for i in last[~self._done[last]]:
             self.truncated[i] = 1.0
             self._done[i] = True
 
@@ -91,13 +120,14 @@ class ReplayBuffer:
         the `history` observations before each start in the same episode (masked where the
         episode, or the stored data, begins later) and, for an episodic memory, the `memory`
         transitions before each start in the same episode (causal: none at or after it)."""
-        n_starts = self.size - horizon + 1
+        k = self.streams
+        n_starts = self.size - k * (horizon - 1)
         if n_starts < 1:
             raise ValueError(
                 f"ReplayBuffer holds {self.size} transitions; sampling needs at least {horizon}"
             )
         oldest = self.ptr if self.size == self.capacity else 0
-        offsets = np.arange(horizon)
+        offsets = k * np.arange(horizon)  # a stream's consecutive steps lie k slots apart
         chosen: list[np.ndarray] = []
         have, tries = 0, 0
         while have < batch_size:
@@ -150,7 +180,8 @@ class ReplayBuffer:
         start's episode and stored: (slots [B, n], valid [B, n]; slot 0 where not valid)."""
         oldest = self.ptr if self.size == self.capacity else 0
         start_logical = (starts - oldest) % self.capacity  # [B]
-        logical = start_logical[:, None] - np.arange(n, 0, -1)  # [B, n]: n .. 1 steps back
+        back = self.streams * np.arange(n, 0, -1)  # n .. 1 steps back, in the start's stream
+        logical = start_logical[:, None] - back  # [B, n]
         valid = logical >= 0
         slots = np.where(valid, (oldest + logical) % self.capacity, 0)  # [B, n]
         # a step is in the start's episode if no episode ends at it or after it, before the
@@ -168,6 +199,7 @@ class ReplayBuffer:
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
             "capacity": self.capacity,
+            "streams": self.streams,
             "ptr": self.ptr,
             "size": n,
             **{name: getattr(self, name)[:n].clone() for name in self._FIELDS},
@@ -175,7 +207,8 @@ class ReplayBuffer:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        for key in ("obs_dim", "action_dim", "capacity"):
+        state = {"streams": 1, **state}  # checkpoints before vectorised collection: one stream
+        for key in ("obs_dim", "action_dim", "capacity", "streams"):
             if state[key] != getattr(self, key):
                 raise ValueError(
                     f"ReplayBuffer: checkpoint has {key}={state[key]}, this buffer "

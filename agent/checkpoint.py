@@ -43,6 +43,8 @@ __all__ = [
     "set_global_rng_state",
     "env_rng_state",
     "set_env_rng_state",
+    "rng_state",
+    "rng_from_state",
     "seed_everything",
 ]
 
@@ -249,7 +251,15 @@ def set_global_rng_state(state: dict[str, Any]) -> None:
 def env_rng_state(env: gym.Env) -> dict[str, Any]:
     """The state of the env's own generator (`env.unwrapped.np_random`: a numpy Generator, or
     the legacy RandomState that dm_control tasks draw from, as shimmy exposes it)."""
-    rng = env.unwrapped.np_random
+    return rng_state(env.unwrapped.np_random)
+
+
+def set_env_rng_state(env: gym.Env, state: dict[str, Any]) -> None:
+    env.unwrapped.np_random = rng_from_state(state)
+
+
+def rng_state(rng: np.random.Generator | np.random.RandomState) -> dict[str, Any]:
+    """A numpy generator's state as plain values (checkpoints load with weights_only=True)."""
     if isinstance(rng, np.random.RandomState):  # MT19937's key as a list: weights_only loads it
         state = rng.get_state(legacy=False)
         key = state["state"]["key"].tolist()
@@ -257,13 +267,13 @@ def env_rng_state(env: gym.Env) -> dict[str, Any]:
     return rng.bit_generator.state
 
 
-def set_env_rng_state(env: gym.Env, state: dict[str, Any]) -> None:
+def rng_from_state(state: dict[str, Any]) -> np.random.Generator | np.random.RandomState:
+    """The generator `rng_state` described."""
     if state.get("legacy"):
         inner = {**state["state"], "key": np.asarray(state["state"]["key"], dtype=np.uint32)}
         rng = np.random.RandomState()
         rng.set_state({**{k: v for k, v in state.items() if k != "legacy"}, "state": inner})
-        env.unwrapped.np_random = rng
-        return
+        return rng
     bit_generator = getattr(np.random, state["bit_generator"])()
     bit_generator.state = state
-    env.unwrapped.np_random = np.random.Generator(bit_generator)
+    return np.random.Generator(bit_generator)

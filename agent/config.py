@@ -38,6 +38,7 @@ __all__ = [
     "ConfigError",
     "INT_MAX",
     "TrainConfig",
+    "VECTOR_ENVS",
     "AgentConfig",
     "RunConfig",
     "check_device",
@@ -53,6 +54,9 @@ INT_MAX = 2**63 - 1  # torch's and numpy's int64: a larger size, count or seed o
 
 class ConfigError(ValueError):
     """An invalid configuration value, key or file; `str(err)` is one line."""
+
+
+VECTOR_ENVS = ("sync", "async")
 
 
 @dataclass
@@ -93,6 +97,13 @@ class TrainConfig:
     """run the dynamics' diagnostics every this many updates (and at the end of every run)"""
     buffer_capacity: int = 1_000_000
     """replay buffer size (transitions); the oldest are overwritten beyond it"""
+    num_envs: int = 1
+    """environment copies collected from in lock-step and planned for in one batch
+    (agent/collection.py); steps, seed steps, updates per step and every interval count the
+    copies' steps together, so the update-to-data ratio is num_envs' own"""
+    vector_env: str = "sync"
+    """how copies run when num_envs > 1: sync (gymnasium's SyncVectorEnv, in this process;
+    planning, not stepping, is what costs here) or async (AsyncVectorEnv, a process per copy)"""
     single_thread: bool = True
     """run torch on one CPU thread: these small networks ran 15x faster than with 2 threads
     while other processes shared the 2 cores, and no slower on idle cores"""
@@ -118,6 +129,16 @@ class TrainConfig:
         _positive_int(self, "log_every", "train")
         _positive_int(self, "diagnostics_every", "train")
         _positive_int(self, "buffer_capacity", "train")
+        _positive_int(self, "num_envs", "train")
+        if self.vector_env not in VECTOR_ENVS:
+            raise ConfigError(
+                f"train.vector_env must be one of {', '.join(VECTOR_ENVS)}; got {self.vector_env!r}"
+            )
+        if self.buffer_capacity < self.num_envs:
+            raise ConfigError(
+                f"train.buffer_capacity ({self.buffer_capacity}) must be >= train.num_envs "
+                f"({self.num_envs})"
+            )
         check_device(self.device, "train.device")
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -27,12 +28,11 @@ from tqdm import tqdm
 
 from agent.checkpoint import (
     RunWriteError,
-    env_rng_state,
     global_rng_state,
     save_checkpoint,
-    set_env_rng_state,
     set_global_rng_state,
 )
+from agent.collection import Collection
 from agent.episodes import run_episodes
 from agent.guard import NonFiniteError
 from agent.runs import CHECKPOINT_NAME, make_run_vector_env
@@ -57,7 +57,7 @@ class Trainer:
     ):
         self.agent = agent
         self.cfg = agent.config.train
-        self.env = agent.env
+        self.collection = Collection(agent)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.writer = (
             SummaryWriter(str(self.run_dir), purge_step=purge_step)
@@ -67,11 +67,13 @@ class Trainer:
         self.progress = progress
         self.eval_env = None
         # loop state (saved in checkpoints)
-        self.needs_reset = True
-        self.obs: np.ndarray | None = None
+        k = self.collection.num_envs
+        self.needs_reset = True  # every copy starts a new episode at the next step
+        self.ended = np.zeros(k, dtype=bool)  # copies whose episode ended at the last step
+        self.obs: np.ndarray | None = None  # [K, O]
         self.episode = 0
-        self.episode_return = 0.0
-        self.episode_length = 0
+        self.episode_return = np.zeros(k)
+        self.episode_length = np.zeros(k, dtype=np.int64)
         self.last_return = math.nan
         self.last_eval: tuple[float, float] | None = None
         self.last_eval_step: int | None = None
@@ -84,6 +86,11 @@ class Trainer:
         self._window = _Window(agent)
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_count = 0
+
+    @property
+    def env(self) -> gym.Env | gym.vector.VectorEnv:
+        """The env the run collects from: the agent's, or the vector env of its copies."""
+        return self.collection.env
 
     # ------------------------------------------------------------------ main loop
     def run(
@@ -109,32 +116,39 @@ class Trainer:
             smoothing=0.05,
         )
         try:
+            collection, k = self.collection, self.collection.num_envs
             while agent.num_timesteps < until_step:
-                if self.needs_reset:
-                    self.obs, _ = self.env.reset()
-                    agent.planner.reset()
-                    self.needs_reset = False
-                    self.episode_return, self.episode_length = 0.0, 0
-                if agent.num_timesteps < cfg.seed_steps:
-                    action = agent.random_action()
-                else:
-                    action = agent.act(self.obs, explore=True)
-                next_obs, reward, terminated, truncated, _ = self.env.step(action)
-                agent.observe(self.obs, action, reward, next_obs, terminated, truncated)
+                starting = np.ones(k, dtype=bool) if self.needs_reset else self.ended
+                if starting.any():
+                    self.obs = collection.reset(starting, self.obs)
+                    self.needs_reset, self.ended = False, np.zeros(k, dtype=bool)
+                    self.episode_return[starting], self.episode_length[starting] = 0.0, 0
+                actions = collection.actions(self.obs, agent.num_timesteps < cfg.seed_steps)
+                next_obs, rewards, terminated, truncated = collection.step(actions)
+                agent.observe_batch(self.obs, actions, rewards, next_obs, terminated, truncated)
                 self.obs = next_obs
-                self.episode_return += float(reward)
+                self.episode_return += rewards
                 self.episode_length += 1
-                for _ in range(agent.updates_due()):
+                for _ in range(agent.updates_due(k)):
                     self._accumulate(agent.update())
                     if agent.num_updates >= self.next_diagnostics:
                         self.log_diagnostics()
                         self.next_diagnostics += cfg.diagnostics_every
                 step = agent.num_timesteps
-                bar.update(1)
-                episode_end = bool(terminated or truncated)
+                bar.update(k)
+                self.ended = terminated | truncated
+                for i in np.flatnonzero(self.ended):
+                    self._end_episode(i, bar)
+                due = (
+                    self.run_dir is not None and step - self.last_checkpoint >= cfg.checkpoint_every
+                )
+                if due and self.ended.any() and not self.ended.all():  # copies out of step
+                    agent.buffer.mark_truncated(~self.ended)  # close the others' episodes
+                    self.ended[:] = True
+                episode_end = bool(self.ended.all())  # a checkpointable boundary
                 if episode_end:
-                    self._end_episode(bar)
-                if step % cfg.log_every == 0:
+                    self.needs_reset = True
+                if step // cfg.log_every > (step - k) // cfg.log_every:
                     self._log_window(step)
                 if self.next_eval is not None and step >= self.next_eval:
                     self.evaluate_and_log()
@@ -173,7 +187,7 @@ class Trainer:
             if installed:
                 signal.signal(signal.SIGINT, previous_handler)
         if self.run_dir is not None:
-            if not self.needs_reset:  # mid-episode: close the episode as a truncation
+            if not self.needs_reset:  # mid-episode: close the episodes as truncations
                 agent.buffer.mark_truncated()
                 self.needs_reset = True
             self.save()
@@ -187,14 +201,13 @@ class Trainer:
             raise KeyboardInterrupt
         self._interrupted = True
 
-    def _end_episode(self, bar) -> None:
+    def _end_episode(self, copy: int, bar) -> None:
         self.episode += 1
-        self.last_return = self.episode_return
-        self.needs_reset = True
+        self.last_return = float(self.episode_return[copy])
         step = self.agent.num_timesteps
         if self.writer is not None:
-            self.writer.add_scalar("charts/episodic_return", self.episode_return, step)
-            self.writer.add_scalar("charts/episodic_length", self.episode_length, step)
+            self.writer.add_scalar("charts/episodic_return", self.last_return, step)
+            self.writer.add_scalar("charts/episodic_length", self.episode_length[copy], step)
             self.writer.add_scalar("charts/episodes", self.episode, step)
         postfix = {"return": f"{self.last_return:.1f}"}
         if self.last_eval is not None:
@@ -314,8 +327,16 @@ class Trainer:
                 "next_eval": self.next_eval,
                 "next_diagnostics": self.next_diagnostics,
             },
-            "rng": {"global": global_rng_state(), "env": env_rng_state(self.env)},
+            "rng": {"global": global_rng_state(), **self._collection_rng()},
         }
+
+    def _collection_rng(self) -> dict[str, Any]:
+        """The env copies' generators: as before vectorised collection for one copy (the
+        checkpoint format is unchanged there), every copy's and the extra planners' else."""
+        state = self.collection.state_dict()
+        if self.collection.num_envs == 1:
+            return {"env": state["env"][0]}
+        return {"env": state["env"], "collection_generators": state["generators"]}
 
     def save(self) -> Path:
         if self.run_dir is None:
@@ -363,13 +384,18 @@ class Trainer:
             ) * agent.config.train.eval_every
         trainer.next_diagnostics = loop["next_diagnostics"]
         trainer.last_checkpoint = step
-        set_env_rng_state(trainer.env, state["rng"]["env"])
+        saved = state["rng"]["env"]
+        trainer.collection.load_state_dict(
+            {"env": saved if isinstance(saved, list) else [saved],
+             "generators": state["rng"].get("collection_generators", [])}
+        )  # fmt: skip
         set_global_rng_state(state["rng"]["global"])
         return trainer
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self.collection.close()
         for env in (self.eval_env,):
             if env is not None:
                 env.close()

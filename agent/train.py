@@ -50,12 +50,12 @@ ALIASES = {"env": "train.env_id", "world_model": "train.world_model", "steps": "
            "attention": "dynamics.head.kernel", "memory": "dynamics.context.memory",
            "memory_capacity": "dynamics.context.memory_capacity",
            "routing": "dynamics.context.routing", "pool_size": "dynamics.context.pool_capacity",
-           "route_k": "dynamics.context.route_k"}  # fmt: skip
-ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int, "pool_size": int, "route_k": int}
+           "route_k": "dynamics.context.route_k", "num_envs": "train.num_envs"}  # fmt: skip
+ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int, "pool_size": int, "route_k": int,
+               "num_envs": int}  # fmt: skip
 METAVARS = {"env": "ENV_ID", "world_model": "NAME", "steps": "N", "seed": "S", "logdir": "DIR",
-            "device": "DEVICE", "attention": "KERNEL", "memory": "OPERATOR",
-            "memory_capacity": "C", "routing": "ROUTING", "pool_size": "P",
-            "route_k": "K"}  # fmt: skip
+            "device": "DEVICE", "attention": "KERNEL", "memory": "OPERATOR", "memory_capacity": "C",
+            "routing": "ROUTING", "pool_size": "P", "route_k": "K", "num_envs": "K"}  # fmt: skip
 
 
 def _world_model_of(argv: list[str]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -66,3 +67,22 @@ def _one_torch_thread():
     the 2 cores, 2 threads made these small networks ~15x slower. Not restored: raising the count
     again would call torch.set_num_threads(2), which this project never does (PyTorch #142815)."""
     torch.set_num_threads(1)
+
+
+def assert_same_state(a: dict, b: dict, path: str = "") -> None:
+    """Bitwise equality of nested state dicts (tensors, numbers, strings, containers)."""
+    assert type(a) is type(b), path
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same_state(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    elif isinstance(a, float) and math.isnan(a):
+        assert math.isnan(b), path
+    else:
+        assert a == b, path

@@ -5,7 +5,6 @@ identical actions, same seed -> identical first episode, stop + resume == uninte
 from __future__ import annotations
 
 import json
-import math
 
 import gymnasium as gym
 import numpy as np
@@ -28,30 +27,11 @@ from agent.loop import Trainer
 from agent.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
 from envs import make_env
 from envs.scaling import scale_spaces
-from tests.agent.conftest import tiny
+from tests.agent.conftest import assert_same_state, tiny
 
 
 def make_agent(**sections) -> Agent:
     return Agent(None, RunConfig.from_dict(tiny(**sections)))
-
-
-def assert_same_state(a: dict, b: dict, path: str = "") -> None:
-    """Bitwise equality of nested state dicts (tensors, numbers, strings, containers)."""
-    assert type(a) is type(b), path
-    if isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            assert_same_state(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same_state(x, y, f"{path}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    elif isinstance(a, float) and math.isnan(a):
-        assert math.isnan(b), path
-    else:
-        assert a == b, path
 
 
 # ----------------------------------------------------------------------- SB3 surface
