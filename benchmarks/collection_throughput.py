@@ -32,31 +32,19 @@ def _agent(args: argparse.Namespace, copies: int) -> Agent:
     return Agent(None, RunConfig.from_dict({"train": train}))
 
 
-def collect(agent: Agent, collection: Collection, steps: int) -> float:
-    """Seconds for `steps` env steps of planning and stepping (no updates)."""
-    k = collection.num_envs
-    obs = collection.reset(np.ones(k, dtype=bool), None)
-    start = time.perf_counter()
-    for _ in range(max(1, steps // k)):
-        actions = collection.actions(obs, random=False)
-        obs, _, terminated, truncated = collection.step(actions)
-        ended = terminated | truncated
-        if ended.any():
-            obs = collection.reset(ended, obs)
-    return time.perf_counter() - start
-
-
-def train(agent: Agent, collection: Collection, steps: int) -> float:
-    """Seconds for `steps` env steps of collection with one update per env step."""
+def measure(agent: Agent, collection: Collection, steps: int, training: bool) -> float:
+    """Seconds for `steps` env steps of planning and stepping, with one update per env step
+    (`training`: transitions stored too) or without."""
     k = collection.num_envs
     obs = collection.reset(np.ones(k, dtype=bool), None)
     start = time.perf_counter()
     for _ in range(max(1, steps // k)):
         actions = collection.actions(obs, random=False)
         next_obs, rewards, terminated, truncated = collection.step(actions)
-        agent.observe_batch(obs, actions, rewards, next_obs, terminated, truncated)
-        for _ in range(k):
-            agent.update()
+        if training:
+            agent.observe_batch(obs, actions, rewards, next_obs, terminated, truncated)
+            for _ in range(k):
+                agent.update()
         ended = terminated | truncated
         obs = collection.reset(ended, next_obs) if ended.any() else next_obs
     return time.perf_counter() - start
@@ -85,8 +73,9 @@ def main() -> None:
             agent.observe_batch(obs, actions, rew, nxt, term, trunc)
             ended = term | trunc
             obs = collection.reset(ended, nxt) if ended.any() else nxt
-        alone = [collect(agent, collection, args.steps) for _ in range(args.rounds + 1)][1:]
-        trained = [train(agent, collection, args.steps) for _ in range(args.rounds + 1)][1:]
+        alone = [measure(agent, collection, args.steps, False) for _ in range(args.rounds + 1)]
+        trained = [measure(agent, collection, args.steps, True) for _ in range(args.rounds + 1)]
+        alone, trained = alone[1:], trained[1:]  # the first round warms up
         collection.close()
         steps = max(1, args.steps // copies) * copies
         rows.append((copies, steps / statistics.median(alone), steps / statistics.median(trained)))
