@@ -8,7 +8,8 @@ results.json, the tables and the figures, as if one command had trained every ru
 agree on everything that makes their numbers comparable (task, steps, evaluation points and
 episodes, the config overrides); a method and seed found in two pieces is refused rather than
 picked. Unfinished runs come along with the points they reached (the summary counts the seeds
-that reached each point), and the merged comparison is 'done' only when every run is.
+that reached each point); a run that reached none (stopped before its first evaluation) is left
+out. The merged comparison is 'done' only when every run in it is.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def merge_comparisons(sources: Sequence[str | Path], out: str | Path) -> Compari
                     f"--merge: {name} and {first_name} differ in {field} "
                     f"({_describe(mine)} against {_describe(theirs)}); they cannot be merged"
                 )
-        for run in piece.runs:
+        for run in (r for r in piece.runs if r.points):
             key = (run.method, run.seed)
             if key in runs:
                 raise ConfigError(

@@ -48,6 +48,10 @@ def test_pieces_merge_to_the_comparison_run_at_once(tmp_path, capsys):
         assert code == 0, err
     assert [r["seed"] for r in _read(tmp_path / "gru2")["runs"]] == [2]
 
+    # a run stopped before its first evaluation (as a piece killed after its last finished run)
+    results = _read(tmp_path / "gru2")
+    results["runs"].append({**results["runs"][0], "seed": 3, "status": "interrupted", "points": []})
+    (tmp_path / "gru2" / "results.json").write_text(json.dumps(results))
     merged = tmp_path / "merged"
     sources = [
         str(tmp_path / "gru1" / "results.json"),
