@@ -33,7 +33,9 @@ from agent.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
+from agent.collection import copy_seed
 from agent.config import ConfigError, RunConfig, migrate_config
+from agent.distributed import DistContext, local_device
 from agent.guard import check_losses, check_states, clip_gradients, located
 from agent.loop import Trainer
 from agent.planner import Planner, plan_batch
@@ -41,6 +43,7 @@ from agent.policy import PlannerPolicy
 from agent.runs import CHECKPOINT_NAME, make_run_env
 from envs import env_info
 from envs.scaling import SpaceScaling, scale_spaces
+from world_model import sharding
 from world_model.memory.routing import clear_optimizer_rows
 from world_model.model import Dynamics, LatentState, Transition, WorldModel
 from world_model.registry import build_dynamics
@@ -101,8 +104,17 @@ class Agent:
         config: RunConfig | None = None,
         *,
         device: str | None = None,
+        dist: DistContext | None = None,
     ):
         config = config or RunConfig()
+        # a data-parallel rank (agent/distributed.py) runs global env copies r K .. r K + K - 1
+        self.dist = dist
+        self.first_copy = 0 if dist is None else dist.rank * config.train.num_envs
+        if dist is not None and config.agent.batch_size % dist.world_size:
+            raise ConfigError(
+                f"agent.batch_size {config.agent.batch_size} must be a multiple of the world "
+                f"size {dist.world_size}: each rank trains on an equal share of every batch"
+            )
         if isinstance(env, str):
             if env != config.train.env_id:
                 config = RunConfig.from_dict({"train": {"env_id": env}}, base=config)
@@ -110,7 +122,8 @@ class Agent:
         elif env is not None and env.spec is not None and env.spec.id != config.train.env_id:
             config = RunConfig.from_dict({"train": {"env_id": env.spec.id}}, base=config)
         if env is None:
-            env = make_run_env(config, seed=config.train.seed, scaled=False)
+            seed = copy_seed(config.train.seed, self.first_copy)
+            env = make_run_env(config, seed=seed, scaled=False)
         self.config = config
         try:
             self.spaces = SpaceScaling.from_env(env)
@@ -123,6 +136,8 @@ class Agent:
         tc, ac = config.train, config.agent
         if tc.single_thread:
             torch.set_num_threads(1)
+        if device is None and dist is not None:  # each CUDA rank its own device
+            device = local_device(tc.device)
         self.device = resolve_device(device or tc.device)
         if ac.discount is not None:
             self.discount = ac.discount
@@ -150,10 +165,20 @@ class Agent:
         self.pi_optim = torch.optim.Adam(self.model.policy_parameters(), lr=ac.lr, eps=1e-5)
         self.scale = RunningScale(ac.scale_tau).to(self.device)
         self.planner = Planner(config.planner, self.action_dim, self.discount)
-        self.generator = torch.Generator(device=self.device).manual_seed(tc.seed)
-        self.buffer = ReplayBuffer(
-            self.obs_dim, self.action_dim, tc.buffer_capacity, seed=tc.seed, streams=tc.num_envs
+        self.generator = torch.Generator(device=self.device).manual_seed(
+            copy_seed(tc.seed, self.first_copy)
         )
+        # every rank holds every copy's transitions (shared replay: agent/distributed.py)
+        world = 1 if dist is None else dist.world_size
+        self.buffer = ReplayBuffer(
+            self.obs_dim,
+            self.action_dim,
+            tc.buffer_capacity,
+            seed=tc.seed,
+            streams=tc.num_envs * world,
+        )
+        if dist is not None:
+            dist.broadcast_module(self.model)
         self.num_timesteps = 0
         self.num_updates = 0
         self._update_debt = 0.0
@@ -298,20 +323,42 @@ class Agent:
         self._update_debt -= n
         return n
 
-    def sample_batch(self, batch_size: int, horizon: int) -> SequenceBatch:
+    def sample_batch(
+        self, batch_size: int, horizon: int, part: slice | None = None
+    ) -> SequenceBatch:
         """A replay batch with what the model's context reads (its history window and episodic
-        memory), on the agent's device."""
+        memory), on the agent's device; `part`: only those sequences of it."""
         model = self.model
         return self.buffer.sample(
-            batch_size, horizon, model.history_length, model.memory_capacity
+            batch_size, horizon, model.history_length, model.memory_capacity, part=part
         ).to(self.device)
+
+    def _shard(self) -> contextlib.AbstractContextManager:
+        """The update's batch-wide operations for this rank's share (world_model/sharding.py)."""
+        if self.dist is None:
+            return contextlib.nullcontext()
+        return sharding.batch_shard(self.dist.rank, self.dist.world_size)
+
+    def _sync_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        if self.dist is not None:
+            self.dist.all_reduce_gradients(params)
 
     def update(self) -> dict[str, torch.Tensor]:
         """One gradient step of the world model, then of the policy prior; EMA targets."""
         start = time.perf_counter()
         ac, lc = self.config.agent, self.config.loss
-        batch = self.sample_batch(ac.batch_size, lc.horizon)
+        part = None
+        if self.dist is not None:  # every rank draws the same B sequences, trains on its B / W
+            share = ac.batch_size // self.dist.world_size
+            part = slice(self.dist.rank * share, (self.dist.rank + 1) * share)
+        batch = self.sample_batch(ac.batch_size, lc.horizon, part)
         self.model.train()
+        with self._shard():
+            return self._update(batch, start)
+
+    def _update(self, batch: SequenceBatch, start: float) -> dict[str, torch.Tensor]:
+        """`update` on a sampled batch (inside this rank's shard of it, when data-parallel)."""
+        ac, lc = self.config.agent, self.config.loss
         loss, metrics, states = world_model_loss(self.model, batch, self.discount, lc)
         where = f"update {self.num_updates + 1} (env step {self.num_timesteps})"
         check_losses(metrics, where)
@@ -319,6 +366,7 @@ class Agent:
         self.optim.zero_grad(set_to_none=True)
         loss.backward()
         params = [p for g in self.optim.param_groups for p in g["params"]]
+        self._sync_gradients(params)
         metrics["grad_norm"] = clip_gradients(self.model, params, ac.grad_clip, where)
         self.optim.step()
         self._genesis(batch, states)
@@ -327,6 +375,7 @@ class Agent:
         check_losses(pi_metrics, where)
         self.pi_optim.zero_grad(set_to_none=True)
         pi_loss.backward()
+        self._sync_gradients(self.model.policy_parameters())
         clip_gradients(self.model, list(self.model.policy_parameters()), ac.grad_clip, where)
         self.pi_optim.step()
         self.model.update_targets(ac.q_tau, ac.encoder_tau)
@@ -345,7 +394,9 @@ class Agent:
             return
         target = self.model.encode(batch.obs[1], target=True)
         errors = self.model.consistency_loss(states[1].detach(), target)  # [B]
-        for param, rows in dynamics.genesis(states[0].detach(), errors):
+        # every rank grows from the whole batch, so all grow alike (world_model/sharding.py)
+        roots = states[0].detach().map(sharding.gather)
+        for param, rows in dynamics.genesis(roots, sharding.gather(errors)):
             clear_optimizer_rows(self.optim, param, rows)
 
     def learn(
@@ -433,6 +484,7 @@ class Agent:
         env: gym.Env | None,
         device: str | None,
         overrides: dict[str, Any],
+        dist: DistContext | None = None,
     ) -> Agent:
         """`load` of a checkpoint already read from `path` (named in errors)."""
         version = format_version(state)
@@ -446,7 +498,7 @@ class Agent:
             ) from None
         if env is None:
             env = make_run_env(config, seed=None, scaled=False)
-        agent = cls(env, config, device=device)
+        agent = cls(env, config, device=device, dist=dist)
         try:
             agent.load_state_dict(state["agent"])
         except ConfigError:  # the env given is not the trained one: that line says so
@@ -467,13 +519,28 @@ class Agent:
         progress: bool = False,
         overrides: dict[str, Any] | None = None,
         trainer_cls: type[Trainer] = Trainer,
+        dist: DistContext | None = None,
     ) -> Trainer:
         """Continue the run saved in `run_dir`: the agent from its checkpoint, and its Trainer
         (`trainer_cls`, a Trainer subclass such as agent.compare's measured one) with the loop
         and random-generator state (Trainer.restore), whose TensorBoard writer purges whatever
-        was logged after the checkpoint. `overrides` as in `load`."""
+        was logged after the checkpoint. `overrides` as in `load`.
+
+        The run's W K env copies continue on any world size W' (one process: None) that divides
+        them, K' = W K / W' per rank (agent/distributed.py)."""
         path = Path(run_dir) / CHECKPOINT_NAME
         state = load_checkpoint(path, required=("config", "agent", "loop", "rng"))
-        agent = cls._from_state(state, path, None, device, overrides or {})
+        saved = state["rng"]["env"]
+        copies = len(saved) if isinstance(saved, list) else 1
+        world = 1 if dist is None else dist.world_size
+        if copies % world:
+            raise ConfigError(
+                f"{run_dir}: the run has {copies} env copies; it resumes on a number of ranks "
+                f"that divides them, not {world}"
+            )
+        overrides = dict(overrides or {})
+        if copies // world != state["config"].get("train", {}).get("num_envs", 1):
+            overrides["train"] = {**overrides.get("train", {}), "num_envs": copies // world}
+        agent = cls._from_state(state, path, None, device, overrides, dist)
         agent._trainer = trainer_cls.restore(agent, run_dir, state, progress=progress)
         return agent._trainer

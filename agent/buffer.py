@@ -114,12 +114,19 @@ class ReplayBuffer:
             self._done[i] = True
 
     def sample(
-        self, batch_size: int, horizon: int, history: int = 0, memory: int = 0
+        self,
+        batch_size: int,
+        horizon: int,
+        history: int = 0,
+        memory: int = 0,
+        part: slice | None = None,
     ) -> SequenceBatch:
         """B random valid sub-trajectories of `horizon` steps (see the module docstring), with
         the `history` observations before each start in the same episode (masked where the
         episode, or the stored data, begins later) and, for an episodic memory, the `memory`
-        transitions before each start in the same episode (causal: none at or after it)."""
+        transitions before each start in the same episode (causal: none at or after it).
+        `part`: only those of the B sequences (a data-parallel rank's share; the generator
+        draws the whole batch's starts either way)."""
         k = self.streams
         n_starts = self.size - k * (horizon - 1)
         if n_starts < 1:
@@ -142,6 +149,8 @@ class ReplayBuffer:
                     f"ReplayBuffer: no sub-trajectory of {horizon} steps fits inside an episode"
                 )
         picked = np.concatenate(chosen)[:batch_size]  # [B, H] physical slots
+        if part is not None:
+            picked = picked[part]
         idx = torch.from_numpy(picked.T.copy())  # [H, B]
         obs = torch.cat([self.obs[idx[:1]], self.next_obs[idx]], dim=0)  # [H+1, B, O]
         hist_obs = hist_mask = None

@@ -54,11 +54,12 @@ class Collection:
         tc = agent.config.train
         self.agent = agent
         self.num_envs = k = tc.num_envs
+        first = agent.first_copy  # this process's copy 0 (a data-parallel rank's: rank K)
         self.planners = [agent.planner] + [
             Planner(agent.config.planner, agent.action_dim, agent.discount) for _ in range(1, k)
         ]
         self.generators = [agent.generator] + [
-            torch.Generator(device=agent.device).manual_seed(copy_seed(tc.seed, i))
+            torch.Generator(device=agent.device).manual_seed(copy_seed(tc.seed, first + i))
             for i in range(1, k)
         ]
         self.env: gym.Env | gym.vector.VectorEnv = agent.env if k == 1 else self._vector(True)
@@ -67,7 +68,8 @@ class Collection:
         """The K copies: copy i > 0 seeded for its first reset from copy_seed (a resumed run's
         copies unseeded: their generators come from the checkpoint)."""
         agent, tc = self.agent, self.agent.config.train
-        seed = (lambda i: copy_seed(tc.seed, i)) if seeded else (lambda i: None)
+        offset = agent.first_copy
+        seed = (lambda i: copy_seed(tc.seed, offset + i)) if seeded else (lambda i: None)
         makers = [
             functools.partial(make_run_env, agent.config, seed(i)) for i in range(1, self.num_envs)
         ]

@@ -33,6 +33,7 @@ from agent.checkpoint import (
     set_global_rng_state,
 )
 from agent.collection import Collection
+from agent.distributed import ShardedCollection
 from agent.episodes import run_episodes
 from agent.guard import NonFiniteError
 from agent.runs import CHECKPOINT_NAME, make_run_vector_env
@@ -57,11 +58,15 @@ class Trainer:
     ):
         self.agent = agent
         self.cfg = agent.config.train
+        self.dist = agent.dist  # data-parallel (agent/distributed.py): rank 0 writes
+        self.writes = self.dist is None or self.dist.is_main
         self.collection = Collection(agent)
+        if self.dist is not None:  # every rank's copies, gathered
+            self.collection = ShardedCollection(self.collection, self.dist)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.writer = (
             SummaryWriter(str(self.run_dir), purge_step=purge_step)
-            if self.run_dir is not None
+            if self.run_dir is not None and self.writes
             else None
         )
         self.progress = progress
@@ -169,7 +174,7 @@ class Trainer:
                 ):
                     status = "stopped"
                     break
-                if self._interrupted:
+                if self._stop_requested():
                     status = "interrupted"
                     break
             if (
@@ -195,6 +200,12 @@ class Trainer:
         if self.writer is not None:
             self.writer.flush()
         return status
+
+    def _stop_requested(self) -> bool:
+        """Ctrl-C here, or on any rank of a data-parallel run (all stop at the same step)."""
+        if self.dist is None:
+            return self._interrupted
+        return self.dist.any(self._interrupted)
 
     def _on_sigint(self, signum, frame) -> None:
         if self._interrupted:  # a second Ctrl-C: stop now, the last checkpoint stays valid
@@ -295,7 +306,12 @@ class Trainer:
         seed = self.cfg.eval_seed
         return run_episodes(self.agent.policy(seed), self.eval_env, episodes, seed, on_step=on_step)
 
-    def evaluate_and_log(self) -> tuple[float, float]:
+    def evaluate_and_log(self) -> tuple[float, float] | None:
+        """Evaluate, log to TensorBoard; a data-parallel run evaluates on rank 0 only (the
+        others go on to the next step and wait for it there)."""
+        if not self.writes:
+            self.last_eval_step = self.agent.num_timesteps
+            return None
         start = time.perf_counter()
         plans_before = self.agent.timing["plans"]
         plan_s_before = self.agent.timing["plan_s"]
@@ -345,8 +361,13 @@ class Trainer:
             raise RuntimeError("checkpoints are taken at episode ends")  # internal invariant
         if self.writer is not None:  # events up to the checkpoint on disk before it: a kill
             self.writer.flush()  # after the checkpoint never leaves a gap in the curves
+        state = self.state_dict()  # every rank: the copies' states are gathered
+        path = self.run_dir / CHECKPOINT_NAME
+        if not self.writes:
+            self.last_checkpoint = self.agent.num_timesteps
+            return path
         try:
-            path = save_checkpoint(self.state_dict(), self.run_dir / CHECKPOINT_NAME)
+            path = save_checkpoint(state, path)
         except RunWriteError as err:  # a full disk, a read-only folder: stop, say where
             kept = f"--resume continues from env step {self.last_checkpoint}"
             if not (self.run_dir / CHECKPOINT_NAME).is_file():

@@ -35,6 +35,7 @@ from agent.cli import (
     merge_tables,
 )
 from agent.config import SECTIONS, ConfigError, RunConfig, TrainConfig, load_config_file
+from agent.distributed import DistContext, close_process_group, init_from_env
 from agent.guard import NonFiniteError
 from agent.loop import Trainer
 from agent.runs import make_run_dir, run_metadata
@@ -130,7 +131,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig.from_dict(flags, base=config) if flags else config
 
 
-def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
+def _start(
+    args: argparse.Namespace, argv: list[str], dist: DistContext | None
+) -> tuple[Trainer, Path]:
+    main_rank = dist is None or dist.is_main
     if args.resume is not None:
         fixed = ("env", "world_model", "seed", "logdir", "config", "attention", "memory")
         fixed += ("memory_capacity", "routing", "pool_size", "route_k")
@@ -141,52 +145,71 @@ def _start(args: argparse.Namespace, argv: list[str]) -> tuple[Trainer, Path]:
                 f"--resume continues a run with its saved config; {', '.join(given)} cannot be "
                 "given with it (only --steps, --device)"
             )
-        overrides = {"train": {"steps": args.steps}} if args.steps is not None else None
+        overrides = {"train": {"steps": args.steps}} if args.steps is not None else {}
         if args.device is not None:  # checked as the config checks it ("" too)
             TrainConfig(device=args.device)
-        trainer = Agent.resume(args.resume, device=args.device, progress=True, overrides=overrides)
+        trainer = Agent.resume(
+            args.resume, device=args.device, progress=main_rank, overrides=overrides, dist=dist
+        )
         run_dir = Path(args.resume)
-        meta_path = run_dir / "meta.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        meta.setdefault("resumed", []).append(run_metadata(PROG, argv))
-        meta_path.write_text(json.dumps(meta, indent=2))
-        print(f"resuming {run_dir} at step {trainer.agent.num_timesteps}", file=sys.stderr)
+        if main_rank:
+            meta_path = run_dir / "meta.json"
+            meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+            meta.setdefault("resumed", []).append(run_metadata(PROG, argv))
+            meta_path.write_text(json.dumps(meta, indent=2))
+            print(f"resuming {run_dir} at step {trainer.agent.num_timesteps}", file=sys.stderr)
         return trainer, run_dir
     config = config_from_args(args)
     with as_config_error():  # a component's own check at construction, a --logdir file
-        agent = Agent(None, config)
-        run_dir = make_run_dir(config)
-    (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-    (run_dir / "meta.json").write_text(json.dumps(run_metadata(PROG, argv), indent=2))
-    trainer = Trainer(agent, run_dir, progress=True)
-    trainer.writer.add_text("config", config.markdown())
-    print(f"run folder: {run_dir}", file=sys.stderr)
+        agent = Agent(None, config, dist=dist)
+        run_dir = make_run_dir(config) if main_rank else None
+    if dist is not None:  # one run folder, named by rank 0
+        run_dir = Path(dist.broadcast_object(None if run_dir is None else str(run_dir)))
+    trainer = Trainer(agent, run_dir, progress=main_rank)
+    if main_rank:
+        (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+        meta = run_metadata(PROG, argv)
+        if dist is not None:
+            meta["world_size"] = dist.world_size
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
+        trainer.writer.add_text("config", config.markdown())
+        print(f"run folder: {run_dir}", file=sys.stderr)
     return trainer, run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_world_model_of(argv)).parse_args(argv)
+    prog, dist = PROG, None
     try:
-        trainer, run_dir = _start(args, argv)
+        dist = init_from_env(args.device or TrainConfig().device)
+        if dist is not None and not dist.is_main:
+            prog = f"{PROG} [rank {dist.rank}]"
+        trainer, run_dir = _start(args, argv, dist)
         start = time.perf_counter()
         status = trainer.run(trainer.agent.config.train.steps)
         elapsed = time.perf_counter() - start
         trainer.close()
     except (ConfigError, EnvError, CheckpointError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:
-        print(f"{PROG}: training diverged: {err}", file=sys.stderr)
+        print(f"{prog}: training diverged: {err}", file=sys.stderr)
         return 3
     except OSError as err:  # a full disk, a read-only folder (agent.checkpoint.RunWriteError)
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted twice: the last checkpoint is intact", file=sys.stderr)
+        print(f"{prog}: interrupted twice: the last checkpoint is intact", file=sys.stderr)
         return 130
+    finally:
+        close_process_group()
+    if dist is not None and not dist.is_main:  # rank 0 reports the run
+        return 130 if status == "interrupted" else 0
     agent = trainer.agent
     line = f"{status} at step {agent.num_timesteps} after {elapsed:.0f} s"
+    if dist is not None:
+        line += f" on {dist.world_size} ranks"
     if trainer.last_eval is not None:
         line += f"; eval return {trainer.last_eval[0]:.1f} +- {trainer.last_eval[1]:.1f}"
     print(f"{line}; checkpoint {run_dir / 'checkpoint.pt'}", file=sys.stderr)

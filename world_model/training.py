@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
+from world_model import sharding
 from world_model.memory.episodic import MemoryInputs
 from world_model.twohot import soft_cross_entropy, symexp, symlog, two_hot, two_hot_inv
 
@@ -170,10 +171,16 @@ def _rho_weights(rho: float, n: int, like: Tensor) -> Tensor:
 
 @torch.no_grad()
 def td_target(
-    model: WorldModel, next_state: LatentState, reward: Tensor, terminated: Tensor, discount: float
+    model: WorldModel,
+    next_state: LatentState,
+    reward: Tensor,
+    terminated: Tensor,
+    discount: float,
+    noise: Tensor | None = None,
 ) -> Tensor:
-    """y = r + gamma (1 - terminated) min_q Qbar_q(s', a'), a' ~ pi(s'); shapes [N] -> [N, 1]."""
-    next_action, _ = model.pi(next_state)  # [N, A]
+    """y = r + gamma (1 - terminated) min_q Qbar_q(s', a'), a' ~ pi(s'); shapes [N] -> [N, 1].
+    `noise` [N, A]: the policy's standard normal draw (default: a fresh one)."""
+    next_action, _ = model.pi(next_state, noise=noise)  # [N, A]
     next_q = model.Q(next_state, next_action, return_type="min", target=True)  # [N, 1]
     return reward + discount * (1.0 - terminated) * next_q
 
@@ -195,8 +202,16 @@ def world_model_loss(
         next_obs = batch.obs[1:].flatten(0, 1)  # [H*B, O]
         target_next = model.encode(next_obs, target=True)  # [H*B] consistency targets
         online_next = model.encode(next_obs)  # [H*B] TD targets read the online encoder
+        # the policy's draw per (step, sequence), sharded with the batch (world_model/sharding.py)
+        like = model.policy_parameters()[0]  # the policy's dtype and device, as its own draw has
+        noise = sharding.randn((horizon, batch_size, model.action_dim), like, batch_dim=1)
         y = td_target(
-            model, online_next, batch.reward.flatten(0, 1), batch.terminated.flatten(0, 1), discount
+            model,
+            online_next,
+            batch.reward.flatten(0, 1),
+            batch.terminated.flatten(0, 1),
+            discount,
+            noise.flatten(0, 1),
         )  # [H*B, 1]
         y = y.unflatten(0, (horizon, batch_size))  # [H, B, 1]
         target_next = target_next.unflatten((horizon, batch_size))  # [H, B]
@@ -258,10 +273,12 @@ def policy_loss(
     Q the average of the online heads (their parameters are not trained by this loss)."""
     steps, batch_size = states.batch_shape(2)
     flat = states.flatten()  # [T*B]
-    action, info = model.pi(flat)  # [T*B, A]
+    like = model.policy_parameters()[0]  # the policy's dtype and device, as its own draw has
+    noise = sharding.randn((steps, batch_size, model.action_dim), like, batch_dim=1)
+    action, info = model.pi(flat, noise=noise.flatten(0, 1))  # [T*B, A]
     with model.frozen_q():
         q = model.Q(flat, action, return_type="avg")  # [T*B, 1]
-    scale.update(q)
+    scale.update(sharding.gather(q))  # the percentiles of the whole (union) batch
     q = scale(q)
     rho = _rho_weights(cfg.rho, steps, q)  # [T]
     objective = (cfg.entropy_coef * info["entropy"] + q.squeeze(-1)).view(steps, batch_size)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from geometry import langevin, poincare, potentials
+from world_model import sharding
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantAttention, CovariantQueries
 from world_model.layers import mlp
@@ -282,11 +283,12 @@ class GeodesicCrossAttention(nn.Module):
         """O step: exact OU p <- c1 p + c2 lambda(z) xi (its mean c1 p when not stochastic), plus
         the optional learned residual read from a bank of fresh noise vectors (zero mean)."""
         c1, c2 = context.ou if context.ou is not None else self.ou_coefficients()
-        xi = torch.randn_like(p) if stochastic else None
+        xi = sharding.randn(p.shape, p) if stochastic else None  # [B, d], batch-sharded
         p = langevin.ou_step(z, p, c1, c2, xi)
         if self.thermostat_head is not None and stochastic:
             bank = context.force_bank
-            noise = torch.randn_like(bank.value_features)  # fresh noise values, keys learned
+            values = bank.value_features  # [B, N, F]
+            noise = sharding.randn(values.shape, values)  # fresh noise values, keys learned
             noise_bank = ContextBank(
                 bank.positions, bank.key_features, noise, bank.levels, bank.mask
             )

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from geometry import sphere
+from world_model import sharding
 from world_model.attention.context import MACRO_LEVEL, ContextBank
 
 from .dmg import DMGConfig, DynamicMemoryGenesis
@@ -164,8 +165,8 @@ class RoutedPrototypePool(nn.Module):
         counts = self.training and torch.is_grad_enabled()
         with torch.no_grad():
             index, weights = hard_routing(self.logits(z), self.config.k)  # [B, K] each
-            if counts:
-                self.dmg.record_use(self.pool, index, weights)
+            if counts:  # a data-parallel update counts every rank's samples (sharding.py)
+                self.dmg.record_use(self.pool, sharding.gather(index), sharding.gather(weights))
         return Selection(index.clamp_min(0), index >= 0)
 
     @torch.no_grad()
