@@ -17,18 +17,15 @@ checkpoint kept).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from agent.agent import Agent
 from agent.checkpoint import CheckpointError
 from agent.cli import (
     OneLineParser,
     add_config_flags,
-    as_config_error,
     config_overrides,
     dotted_table,
     field_doc,
@@ -37,8 +34,9 @@ from agent.cli import (
 from agent.config import SECTIONS, ConfigError, RunConfig, TrainConfig, load_config_file
 from agent.distributed import DistContext, close_process_group, init_from_env
 from agent.guard import NonFiniteError
+from agent.launch import resume_run, start_run
 from agent.loop import Trainer
-from agent.runs import make_run_dir, run_metadata
+from agent.runs import run_metadata
 from envs import SUPPORTED_ENVS, EnvError
 from world_model.registry import dynamics_names, get_dynamics
 
@@ -134,7 +132,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def _start(
     args: argparse.Namespace, argv: list[str], dist: DistContext | None
 ) -> tuple[Trainer, Path]:
-    main_rank = dist is None or dist.is_main
     if args.resume is not None:
         fixed = ("env", "world_model", "seed", "logdir", "config", "attention", "memory")
         fixed += ("memory_capacity", "routing", "pool_size", "route_k")
@@ -145,36 +142,11 @@ def _start(
                 f"--resume continues a run with its saved config; {', '.join(given)} cannot be "
                 "given with it (only --steps, --device)"
             )
-        overrides = {"train": {"steps": args.steps}} if args.steps is not None else {}
         if args.device is not None:  # checked as the config checks it ("" too)
             TrainConfig(device=args.device)
-        trainer = Agent.resume(
-            args.resume, device=args.device, progress=main_rank, overrides=overrides, dist=dist
-        )
-        run_dir = Path(args.resume)
-        if main_rank:
-            meta_path = run_dir / "meta.json"
-            meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-            meta.setdefault("resumed", []).append(run_metadata(PROG, argv))
-            meta_path.write_text(json.dumps(meta, indent=2))
-            print(f"resuming {run_dir} at step {trainer.agent.num_timesteps}", file=sys.stderr)
-        return trainer, run_dir
+        return resume_run(args.resume, args.steps, args.device, run_metadata(PROG, argv), dist)
     config = config_from_args(args)
-    with as_config_error():  # a component's own check at construction, a --logdir file
-        agent = Agent(None, config, dist=dist)
-        run_dir = make_run_dir(config) if main_rank else None
-    if dist is not None:  # one run folder, named by rank 0
-        run_dir = Path(dist.broadcast_object(None if run_dir is None else str(run_dir)))
-    trainer = Trainer(agent, run_dir, progress=main_rank)
-    if main_rank:
-        (run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-        meta = run_metadata(PROG, argv)
-        if dist is not None:
-            meta["world_size"] = dist.world_size
-        (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
-        trainer.writer.add_text("config", config.markdown())
-        print(f"run folder: {run_dir}", file=sys.stderr)
-    return trainer, run_dir
+    return start_run(config, run_metadata(PROG, argv), dist)
 
 
 def main(argv: list[str] | None = None) -> int:

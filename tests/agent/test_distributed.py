@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.distributed as torch_dist
-import torch.multiprocessing as mp
 
 from agent.agent import Agent
 from agent.config import ConfigError, RunConfig
 from agent.distributed import DistContext
+from tests.conftest import run_on_gloo_ranks
 from world_model import sharding
 
 from .conftest import tiny
@@ -69,28 +67,13 @@ def _trained_state(agent: Agent) -> dict[str, torch.Tensor]:
     return {**agent.model.state_dict(), "scale": agent.scale.value.clone()}
 
 
-def _worker(rank: int, port: int, name: str, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch_dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
-    try:
-        agent = Agent(None, _config(name, 1), dist=DistContext(rank, WORLD))
-        state = _trained_state(agent)
-    finally:
-        torch_dist.destroy_process_group()
-    torch.save(state, os.path.join(out_dir, f"rank{rank}.pt"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(rank: int, name: str) -> dict[str, torch.Tensor]:
+    return _trained_state(Agent(None, _config(name, 1), dist=DistContext(rank, WORLD)))
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_updates_on_two_ranks_equal_one_process_on_the_union_batch(name, tmp_path):
-    mp.spawn(_worker, args=(_free_port(), name, str(tmp_path)), nprocs=WORLD, join=True)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
+    ranks = run_on_gloo_ranks(_worker, WORLD, (name,), tmp_path)
     one = _trained_state(Agent(None, _config(name, 2)))  # 2 streams, the whole batch
     fresh = Agent(None, _config(name, 2)).model.state_dict()
     moved = 0

@@ -6,14 +6,10 @@ sizes of the tensors the protocol must move."""
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.conftest import run_on_gloo_ranks
 from world_model.memory.gsr import GSRConfig, gsr_route
 from world_model.memory.gsr_distributed import (
     CommLog,
@@ -51,52 +47,38 @@ def _case(pool: int, k: int) -> dict[str, torch.Tensor | GSRConfig]:
     }
 
 
-def _worker(rank: int, port: int, cases: list[dict], out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
+def _worker(rank: int, cases: list[dict]) -> list[dict]:
     results = []
-    try:
-        for case in cases:
-            pool = case["prototypes"].shape[0]
-            bounds = shard_bounds(pool, WORLD)
-            lo, hi = bounds[rank], bounds[rank + 1]
-            log = CommLog()
-            out, idx, w = sharded_gsr_route(
-                case["queries"], case["prototypes"][lo:hi], case["values"][lo:hi],
-                case["active"][lo:hi], lo, case["config"], log=log,
-            )  # fmt: skip
-            # MoE: each rank dispatches its own half of the queries with the same selection
-            n = case["queries"].shape[0] // WORLD
-            mine = slice(rank * n, (rank + 1) * n)
-            moe_log = CommLog()
-            moe = moe_dispatch(
-                case["queries"][mine], idx[mine], w[mine], case["values"][lo:hi], bounds,
-                log=moe_log,
-            )  # fmt: skip
-            gathered = gather_queries(case["queries"][mine])
-            results.append(
-                {"out": out, "idx": idx, "w": w, "moe": moe, "gathered": gathered,
-                 "log": log.calls, "moe_log": moe_log.calls}
-            )  # fmt: skip
-    finally:
-        dist.destroy_process_group()
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for case in cases:
+        pool = case["prototypes"].shape[0]
+        bounds = shard_bounds(pool, WORLD)
+        lo, hi = bounds[rank], bounds[rank + 1]
+        log = CommLog()
+        out, idx, w = sharded_gsr_route(
+            case["queries"], case["prototypes"][lo:hi], case["values"][lo:hi],
+            case["active"][lo:hi], lo, case["config"], log=log,
+        )  # fmt: skip
+        # MoE: each rank dispatches its own half of the queries with the same selection
+        n = case["queries"].shape[0] // WORLD
+        mine = slice(rank * n, (rank + 1) * n)
+        moe_log = CommLog()
+        moe = moe_dispatch(
+            case["queries"][mine], idx[mine], w[mine], case["values"][lo:hi], bounds,
+            log=moe_log,
+        )  # fmt: skip
+        gathered = gather_queries(case["queries"][mine])
+        results.append(
+            {"out": out, "idx": idx, "w": w, "moe": moe, "gathered": gathered,
+             "log": log.calls, "moe_log": moe_log.calls}
+        )  # fmt: skip
+    return results
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     """Both ranks' results for each case (pool 37 k 5; pool 7 k 5: a shard smaller than K)."""
     cases = [_case(37, 5), _case(7, 5)]
-    out_dir = tmp_path_factory.mktemp("gsr_ranks")
-    mp.spawn(_worker, args=(_free_port(), cases, str(out_dir)), nprocs=WORLD, join=True)
-    ranks = [torch.load(out_dir / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    ranks = run_on_gloo_ranks(_worker, WORLD, (cases,), tmp_path_factory.mktemp("gsr_ranks"))
     return cases, ranks
 
 

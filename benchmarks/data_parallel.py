@@ -1,0 +1,120 @@
+"""Data-parallel training against one process, on the same seeds and evaluation episodes: the
+return reached, the update-to-data ratio, and the wall time, W gloo ranks (`torchrun
+--nproc-per-node W -m agent.train`, agent/distributed.py) beside `python -m agent.train`.
+
+    python benchmarks/data_parallel.py                          # GRU, Pendulum-v1, seeds 1-3, 5k
+    python benchmarks/data_parallel.py --seeds 1 --steps 2500 --ranks 2
+    python benchmarks/data_parallel.py --world-model geodesic --out benchmarks/results/dp_geo
+
+Each run is `agent.train` with the defaults plus `--train.eval_every 2500 --train.eval_episodes
+10`: every run is evaluated on the same 10 episodes (fixed reset seeds) at 2.5k and at the end.
+The runs are resumable: a run whose checkpoint has reached --steps is read back, not rerun; an
+unfinished one is resumed (its wall time is the sum of its pieces). The table reads the
+evaluations from each run's TensorBoard events and the counters from its checkpoint. Wall time
+is a whole process's, start-up included; the ranks share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run_dir(out: Path, name: str) -> Path | None:
+    runs = sorted((out / name).glob("*/checkpoint.pt")) if (out / name).is_dir() else []
+    return runs[-1].parent if runs else None
+
+
+def train(out: Path, name: str, ranks: int, seed: int, args: argparse.Namespace) -> Path:
+    """Train (or finish) one run; returns its folder. Wall seconds accumulate in wall.json."""
+    run = _run_dir(out, name)
+    if run is not None:
+        state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
+        if state["agent"]["counters"]["num_timesteps"] >= args.steps:
+            return run
+        flags = ["--resume", str(run), "--steps", str(args.steps)]
+    else:
+        flags = ["--env", args.env, "--world-model", args.world_model, "--seed", str(seed)]
+        flags += ["--steps", str(args.steps), "--logdir", str(out / name)]
+        flags += ["--train.eval_every", "2500", "--train.eval_episodes", "10"]
+    launcher = [sys.executable]
+    if ranks > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    print(f"{name}: {' '.join(flags[:2])} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    done = subprocess.run([*launcher, "-m", "agent.train", *flags], env=env, cwd=ROOT)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{name} failed (exit {done.returncode}); rerun to resume it")
+    run = _run_dir(out, name)
+    wall = run / "wall.json"
+    pieces = json.loads(wall.read_text()) if wall.is_file() else []
+    wall.write_text(json.dumps([*pieces, elapsed]))
+    return run
+
+
+def read(run: Path) -> dict[str, float]:
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    evals = {int(e.step): e.value for e in events.Scalars("eval/mean_return")}
+    state = torch.load(run / "checkpoint.pt", map_location="cpu", weights_only=True)
+    counters = state["agent"]["counters"]
+    wall = run / "wall.json"
+    return {
+        "eval": evals,
+        "updates_per_step": counters["num_updates"] / counters["num_timesteps"],
+        "wall_s": sum(json.loads(wall.read_text())) if wall.is_file() else float("nan"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="Pendulum-v1")
+    parser.add_argument("--world-model", default="gru")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=5000)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/data_parallel")
+    args = parser.parse_args()
+    out = args.out / f"{args.env.replace('/', '-')}_{args.world_model}"
+    rows = []
+    for seed in args.seeds:
+        one = read(train(out, f"single-{seed}", 1, seed, args))
+        many = read(train(out, f"ranks{args.ranks}-{seed}", args.ranks, seed, args))
+        rows.append((seed, one, many))
+    w = args.ranks
+    print(f"\n{args.env}, {args.world_model} agent, {args.steps} env steps: 1 process against "
+          f"{w} gloo ranks (torchrun), the same 10 evaluation episodes\n")  # fmt: skip
+    print(f"| seed | 1 proc 2.5k | {w} ranks 2.5k | 1 proc {args.steps} | {w} ranks {args.steps} "
+          f"| updates / env step (1 / {w}) | wall s (1 / {w}) |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    finals = []
+    for seed, one, many in rows:
+        a, b = one["eval"], many["eval"]
+        finals.append((a.get(args.steps, np.nan), b.get(args.steps, np.nan)))
+        print(f"| {seed} | {a.get(2500, np.nan):.1f} | {b.get(2500, np.nan):.1f} | "
+              f"{finals[-1][0]:.1f} | {finals[-1][1]:.1f} | {one['updates_per_step']:.4f} / "
+              f"{many['updates_per_step']:.4f} | {one['wall_s']:.0f} / "
+              f"{many['wall_s']:.0f} |")  # fmt: skip
+    f = np.array(finals)
+    diff = f[:, 1] - f[:, 0]
+    sem = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+    print(f"| mean | | | {f[:, 0].mean():.1f} | {f[:, 1].mean():.1f} | | |")
+    print(f"\n{w} ranks minus 1 process at {args.steps}, paired by seed: "
+          f"{diff.mean():+.1f} ± {sem:.1f} (s.e.)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
