@@ -361,13 +361,13 @@ class Trainer:
             raise RuntimeError("checkpoints are taken at episode ends")  # internal invariant
         if self.writer is not None:  # events up to the checkpoint on disk before it: a kill
             self.writer.flush()  # after the checkpoint never leaves a gap in the curves
-        state = self.state_dict()  # every rank: the copies' states are gathered
         path = self.run_dir / CHECKPOINT_NAME
-        if not self.writes:
+        if not self.writes:  # a data-parallel rank > 0: only its part of the copies' gather
+            self._collection_rng()
             self.last_checkpoint = self.agent.num_timesteps
             return path
         try:
-            path = save_checkpoint(state, path)
+            path = save_checkpoint(self.state_dict(), path)
         except RunWriteError as err:  # a full disk, a read-only folder: stop, say where
             kept = f"--resume continues from env step {self.last_checkpoint}"
             if not (self.run_dir / CHECKPOINT_NAME).is_file():

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["BatchShard", "batch_shard", "current_shard", "gather", "randn"]
+__all__ = ["BatchShard", "batch_shard", "gather", "randn"]
 
 
 class BatchShard(NamedTuple):
@@ -52,10 +52,6 @@ def batch_shard(rank: int, world_size: int, group: object = None) -> Iterator[Ba
         yield _SHARD.get()
     finally:
         _SHARD.reset(token)
-
-
-def current_shard() -> BatchShard | None:
-    return _SHARD.get()
 
 
 def randn(shape: tuple[int, ...] | torch.Size, like: Tensor, batch_dim: int = 0) -> Tensor:
