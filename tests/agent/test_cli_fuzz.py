@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from agent import compare, diagnose, evaluate, inspection
+from agent import compare, diagnose, evaluate, inspection, launch
 from agent import train as train_cli
 from agent.agent import Agent
 from agent.cli import PATH_METAVARS
@@ -229,7 +229,7 @@ def stubs(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise Accepted()
 
-    monkeypatch.setattr(train_cli, "Trainer", trainer)
+    monkeypatch.setattr(launch, "Trainer", trainer)  # agent.train starts runs there
     monkeypatch.setattr(compare, "run_comparison", comparison)
     monkeypatch.setattr(evaluate, "run_episodes", refuse)
     monkeypatch.setattr(inspection, "sample_batch", refuse)
