@@ -1,6 +1,8 @@
 """Data-parallel training against one process, on the same seeds and evaluation episodes: the
 return reached, the update-to-data ratio, and the wall time, W gloo ranks (`torchrun
---nproc-per-node W -m agent.train`, agent/distributed.py) beside `python -m agent.train`.
+--nproc-per-node W -m agent.train`, agent/distributed.py) beside `python -m agent.train` with
+one env and with W env copies (`--num-envs W`: the same collection as the W ranks', one copy
+each, in one process).
 
     python benchmarks/data_parallel.py                          # GRU, Pendulum-v1, seeds 1-3, 5k
     python benchmarks/data_parallel.py --seeds 1 --steps 2500 --ranks 2
@@ -36,7 +38,9 @@ def _run_dir(out: Path, name: str) -> Path | None:
     return runs[-1].parent if runs else None
 
 
-def train(out: Path, name: str, ranks: int, seed: int, args: argparse.Namespace) -> Path:
+def train(
+    out: Path, name: str, ranks: int, seed: int, args: argparse.Namespace, num_envs: int = 1
+) -> Path:
     """Train (or finish) one run; returns its folder. Wall seconds accumulate in wall.json."""
     run = _run_dir(out, name)
     if run is not None:
@@ -48,6 +52,7 @@ def train(out: Path, name: str, ranks: int, seed: int, args: argparse.Namespace)
         flags = ["--env", args.env, "--world-model", args.world_model, "--seed", str(seed)]
         flags += ["--steps", str(args.steps), "--logdir", str(out / name)]
         flags += ["--train.eval_every", "2500", "--train.eval_episodes", "10"]
+        flags += ["--num-envs", str(num_envs)] if num_envs > 1 else []
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
@@ -89,31 +94,34 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/data_parallel")
     args = parser.parse_args()
     out = args.out / f"{args.env.replace('/', '-')}_{args.world_model}"
-    rows = []
+    w, rows = args.ranks, []
     for seed in args.seeds:
         one = read(train(out, f"single-{seed}", 1, seed, args))
-        many = read(train(out, f"ranks{args.ranks}-{seed}", args.ranks, seed, args))
-        rows.append((seed, one, many))
-    w = args.ranks
-    print(f"\n{args.env}, {args.world_model} agent, {args.steps} env steps: 1 process against "
-          f"{w} gloo ranks (torchrun), the same 10 evaluation episodes\n")  # fmt: skip
-    print(f"| seed | 1 proc 2.5k | {w} ranks 2.5k | 1 proc {args.steps} | {w} ranks {args.steps} "
-          f"| updates / env step (1 / {w}) | wall s (1 / {w}) |")  # fmt: skip
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+        copies = read(train(out, f"copies{w}-{seed}", 1, seed, args, num_envs=w))
+        many = read(train(out, f"ranks{w}-{seed}", w, seed, args))
+        rows.append((seed, one, copies, many))
+    n = args.steps
+    print(f"\n{args.env}, {args.world_model} agent, {n} env steps: 1 process (1 env; {w} env "
+          f"copies) against {w} gloo ranks (torchrun, 1 copy each), the same 10 evaluation "
+          f"episodes\n")  # fmt: skip
+    print(f"| seed | 2.5k: 1 env / {w} copies / {w} ranks | {n}: 1 env / {w} copies / {w} ranks "
+          f"| updates / env step | wall s |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|")
     finals = []
-    for seed, one, many in rows:
-        a, b = one["eval"], many["eval"]
-        finals.append((a.get(args.steps, np.nan), b.get(args.steps, np.nan)))
-        print(f"| {seed} | {a.get(2500, np.nan):.1f} | {b.get(2500, np.nan):.1f} | "
-              f"{finals[-1][0]:.1f} | {finals[-1][1]:.1f} | {one['updates_per_step']:.4f} / "
-              f"{many['updates_per_step']:.4f} | {one['wall_s']:.0f} / "
-              f"{many['wall_s']:.0f} |")  # fmt: skip
-    f = np.array(finals)
-    diff = f[:, 1] - f[:, 0]
-    sem = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
-    print(f"| mean | | | {f[:, 0].mean():.1f} | {f[:, 1].mean():.1f} | | |")
-    print(f"\n{w} ranks minus 1 process at {args.steps}, paired by seed: "
-          f"{diff.mean():+.1f} ± {sem:.1f} (s.e.)")  # fmt: skip
+    for seed, *runs in rows:
+        early = " / ".join(f"{r['eval'].get(2500, np.nan):.1f}" for r in runs)
+        finals.append([r["eval"].get(n, np.nan) for r in runs])
+        late = " / ".join(f"{x:.1f}" for x in finals[-1])
+        ratio = " / ".join(f"{r['updates_per_step']:.4f}" for r in runs)
+        wall = " / ".join(f"{r['wall_s']:.0f}" for r in runs)
+        print(f"| {seed} | {early} | {late} | {ratio} | {wall} |")
+    f = np.array(finals)  # [seeds, 3]
+    print(f"| mean | | {' / '.join(f'{x:.1f}' for x in f.mean(0))} | | |\n")
+    for j, name in ((0, "1 process, 1 env"), (1, f"1 process, {w} copies")):
+        diff = f[:, 2] - f[:, j]
+        sem = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
+        print(f"{w} ranks minus {name} at {n}, paired by seed: {diff.mean():+.1f} ± {sem:.1f} "
+              f"(s.e.)")  # fmt: skip
 
 
 if __name__ == "__main__":
