@@ -1,7 +1,9 @@
-"""`python -m agent.evaluate RUN_DIR [--episodes N] [--video]`: run a saved agent.
+"""`python -m agent.evaluate RUN_DIR [--episodes N] [--video] [--explore]`: run a saved agent.
 
 Prints the mean and standard deviation of the return over N deterministic episodes (reset with
 the fixed evaluation seeds eval_seed + k of the run's config, the ones training evaluated on).
+`--explore` plans with the exploration noise training collects with instead, on the same
+episodes: the gap between the two is the evaluation's, not the model's.
 `--video` also records the first episode to RUN_DIR/videos/ (MP4 where imageio's ffmpeg plugin
 is installed, else GIF) for envs that render rgb_array frames.
 """
@@ -49,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="record the first episode to RUN_DIR/videos/ (MP4 or GIF)",
     )
     parser.add_argument(
+        "--explore",
+        action="store_true",
+        help="add the planner's exploration noise, as training collects (default: deterministic)",
+    )
+    parser.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     frames.append(np.asarray(frame))
         else:  # every episode in one batch (agent/episodes.py)
             env = make_run_vector_env(agent.config, args.episodes)
-        returns = run_episodes(agent.policy(seed), env, args.episodes, seed, on_frame)
+        returns = run_episodes(agent.policy(seed, args.explore), env, args.episodes, seed, on_frame)
         env.close()
     except (ConfigError, EnvError, CheckpointError, RunError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
@@ -104,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(
         f"{env_id}: return {returns.mean():.1f} ± {returns.std():.1f} over {args.episodes} "
-        f"episodes (seeds {seed}..{seed + args.episodes - 1})"
+        f"{'exploring' if args.explore else 'deterministic'} episodes "
+        f"(seeds {seed}..{seed + args.episodes - 1})"
     )
     if args.video:
         import imageio.v2 as imageio

@@ -224,6 +224,27 @@ def test_bad_input_is_one_line_on_stderr_and_exit_2(tmp_path, capsys):
     assert not logdir.exists()  # no run folder for a run that never started
 
 
+def test_evaluate_explore_adds_the_planners_noise_on_the_same_episodes(tmp_path, capsys):
+    """Deterministic evaluation repeats itself; --explore plans the same episodes with the
+    exploration noise, so its returns differ, and repeat themselves too (seeded)."""
+    agent = Agent("Pendulum-v1", RunConfig.from_dict(tiny(train={"max_episode_steps": 30})))
+    agent.learn(60)
+    agent.save(tmp_path / "agent.pt")
+
+    def returns(*flags: str) -> tuple[str, float]:
+        code, err, out = call_main(
+            evaluate_cli.main, [str(tmp_path / "agent.pt"), "--episodes", "3", *flags], capsys
+        )
+        assert code == 0, err
+        line = out.splitlines()[0]
+        return line.split(" over ")[1], float(line.split("return ")[1].split(" ")[0])
+
+    plain, explored = returns(), returns("--explore")
+    assert plain == returns() and explored == returns("--explore")
+    assert plain[0].startswith("3 deterministic") and explored[0].startswith("3 exploring")
+    assert plain[1] != explored[1]
+
+
 def test_evaluate_bad_input(tmp_path, capsys):
     corrupt = tmp_path / "run"
     corrupt.mkdir()
