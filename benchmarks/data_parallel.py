@@ -14,6 +14,11 @@ The runs are resumable: a run whose checkpoint has reached --steps is read back,
 unfinished one is resumed (its wall time is the sum of its pieces). The table reads the
 evaluations from each run's TensorBoard events and the counters from its checkpoint. Wall time
 is a whole process's, start-up included; the ranks share this machine's cores.
+
+`--episodes N` (default 50) then evaluates every run's final checkpoint on N more episodes
+(reset seeds 20000 ..., the same for every run, disjoint from training's), cached in the run
+folder, and prints each arm's mean ± standard error and the paired differences: 10 episodes
+place a near-optimal Pendulum policy only to about one extra swing.
 """
 
 from __future__ import annotations
@@ -30,7 +35,12 @@ import numpy as np
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from agent.agent import Agent
+from agent.episodes import run_episodes
+from agent.runs import make_run_vector_env
+
 ROOT = Path(__file__).resolve().parent.parent
+EVAL_SEED = 20_000  # the extra evaluation's episodes: disjoint from training's 10000..10009
 
 
 def _run_dir(out: Path, name: str) -> Path | None:
@@ -84,6 +94,21 @@ def read(run: Path) -> dict[str, float]:
     }
 
 
+def final_returns(run: Path, episodes: int) -> np.ndarray:
+    """The run's final agent on `episodes` deterministic episodes reset with EVAL_SEED + k
+    (cached in the run folder)."""
+    cache = run / f"final_returns_{EVAL_SEED}_{episodes}.json"
+    if cache.is_file():
+        return np.array(json.loads(cache.read_text()))
+    torch.set_num_threads(1)
+    agent = Agent.load(run / "checkpoint.pt")
+    env = make_run_vector_env(agent.config, episodes)
+    returns = run_episodes(agent.policy(EVAL_SEED), env, episodes, EVAL_SEED)
+    env.close()
+    cache.write_text(json.dumps(returns.tolist()))
+    return returns
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="Pendulum-v1")
@@ -91,6 +116,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--steps", type=int, default=5000)
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--episodes", type=int, default=50,
+                        help="extra evaluation episodes of each final agent (0: none)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/data_parallel")
     args = parser.parse_args()
     out = args.out / f"{args.env.replace('/', '-')}_{args.world_model}"
@@ -100,6 +127,10 @@ def main() -> None:
         copies = read(train(out, f"copies{w}-{seed}", 1, seed, args, num_envs=w))
         many = read(train(out, f"ranks{w}-{seed}", w, seed, args))
         rows.append((seed, one, copies, many))
+        if args.episodes:
+            for arm, name in ((one, f"single-{seed}"), (copies, f"copies{w}-{seed}"),
+                              (many, f"ranks{w}-{seed}")):  # fmt: skip
+                arm["final"] = final_returns(_run_dir(out, name), args.episodes)
     n = args.steps
     print(f"\n{args.env}, {args.world_model} agent, {n} env steps: 1 process (1 env; {w} env "
           f"copies) against {w} gloo ranks (torchrun, 1 copy each), the same 10 evaluation "
@@ -122,6 +153,26 @@ def main() -> None:
         sem = diff.std(ddof=1) / np.sqrt(len(diff)) if len(diff) > 1 else float("nan")
         print(f"{w} ranks minus {name} at {n}, paired by seed: {diff.mean():+.1f} ± {sem:.1f} "
               f"(s.e.)")  # fmt: skip
+
+    if args.episodes:
+        m = args.episodes
+        print(f"\nFinal agents on {m} more episodes (seeds {EVAL_SEED}..), mean ± s.e.:\n")
+        print(f"| seed | 1 env | {w} copies | {w} ranks | {w} ranks − 1 env | "
+              f"{w} ranks − {w} copies |")  # fmt: skip
+        print("|---:|---:|---:|---:|---:|---:|")
+        pooled = []
+        for seed, *runs in rows:
+            r = [x["final"] for x in runs]
+            pooled.append(r)
+            cell = [f"{x.mean():.1f} ± {x.std(ddof=1) / np.sqrt(m):.1f}" for x in r]
+            cell += [f"{d.mean():+.1f} ± {d.std(ddof=1) / np.sqrt(m):.1f}"
+                     for d in (r[2] - r[0], r[2] - r[1])]  # fmt: skip
+            print(f"| {seed} | {' | '.join(cell)} |")
+        r = [np.concatenate(x) for x in zip(*pooled, strict=True)]
+        cell = [f"{x.mean():.1f} ± {x.std(ddof=1) / np.sqrt(len(x)):.1f}" for x in r]
+        cell += [f"{d.mean():+.1f} ± {d.std(ddof=1) / np.sqrt(len(d)):.1f}"
+                 for d in (r[2] - r[0], r[2] - r[1])]  # fmt: skip
+        print(f"| all | {' | '.join(cell)} |")
 
 
 if __name__ == "__main__":
