@@ -472,8 +472,15 @@ class Agent:
         **overrides: Any,
     ) -> Agent:
         """Rebuild an agent from `save` (or from a run's checkpoint.pt). `overrides` are config
-        sections to change, e.g. train={"steps": 20_000}."""
+        sections to change, e.g. train={"steps": 20_000}. A data-parallel run's replay buffer
+        holds all W K copies' streams: loaded in one process, the agent has W K copies."""
         state = load_checkpoint(path, required=("config", "agent"))
+        buffer = state["agent"].get("buffer") if isinstance(state["agent"], dict) else None
+        streams = buffer.get("streams", 1) if isinstance(buffer, dict) else None
+        train = overrides.get("train", {})
+        configured = state["config"].get("train", {}).get("num_envs", 1)
+        if streams is not None and "num_envs" not in train and streams != configured:
+            overrides = {**overrides, "train": {**train, "num_envs": streams}}
         return cls._from_state(state, path, env, device, overrides)
 
     @classmethod

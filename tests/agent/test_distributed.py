@@ -138,6 +138,14 @@ def test_torchrun_trains_and_its_checkpoint_resumes_on_one_process(tmp_path):
     assert not torch.equal(rank1_generator, state["agent"]["generator"])
     obs = buffer["obs"].view(-1, 2, buffer["obs"].shape[-1])
     assert not torch.equal(obs[:, 0], obs[:, 1])  # two distinct episodes per step
+    # the 2-rank checkpoint loads in one process (its buffer's two streams: two copies)
+    assert Agent.load(run / "checkpoint.pt").config.train.num_envs == 2
+    ev = subprocess.run(
+        [sys.executable, "-m", "agent.evaluate", str(run), "--episodes", "2"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert ev.returncode == 0 and "over 2 deterministic episodes" in ev.stdout, ev.stderr[-3000:]
 
     resumed = subprocess.run(
         [sys.executable, "-m", "agent.train", "--resume", str(run), "--steps", "400"],
