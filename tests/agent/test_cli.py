@@ -111,7 +111,7 @@ def test_short_run_resume_and_evaluate(tmp_path):
     ev = run_cli("agent.evaluate", str(run), "--episodes", "2")
     assert ev.returncode == 0, ev.stderr
     line = ev.stdout.splitlines()[0]
-    assert line.startswith("Pendulum-v1: return ") and "over 2 episodes" in line
+    assert line.startswith("Pendulum-v1: return ") and "over 2 deterministic episodes" in line
     mean = float(line.split("return ")[1].split(" ")[0])
     assert -16.3 * 50 <= mean <= 0
 
