@@ -111,7 +111,8 @@ class SpaceScaling:
                 raise ValueError(
                     f"the agent needs a 1-D continuous (Box) {name} space, got {space}"
                 )
-        _, _, to_env = rescale_box(self.action_space, np.float32(-1.0), np.float32(1.0))
+        with np.errstate(over="ignore"):  # float64 action extremes cast to float32 (scale_spaces)
+            _, _, to_env = rescale_box(self.action_space, np.float32(-1.0), np.float32(1.0))
         object.__setattr__(self, "_to_env", to_env)
         object.__setattr__(
             self, "_to_agent", _affine_map(*observation_affine(self.observation_space))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +18,7 @@ from agent.checkpoint import env_rng_state, load_checkpoint, set_env_rng_state
 from agent.runs import CHECKPOINT_NAME
 from envs import DMC_ENVS, EnvError, env_info, make_env
 from envs.dmc import ActionRepeat, register_dmc
+from envs.scaling import SpaceScaling, scale_spaces
 from tests.agent.conftest import call_main, tiny
 
 # find_spec, not importorskip: importing shimmy loads dm_control's GL backend, which must come
@@ -43,6 +45,18 @@ def test_dmc_envs_pass_gymnasiums_checker_with_flat_observations(env_id):
     )  # fmt: skip
     assert isinstance(env.observation_space, gym.spaces.Box)
     assert env.observation_space.shape == (OBS_DIMS[env_id],)
+    env.close()
+
+
+def test_the_agents_view_of_a_dmc_task_builds_without_numpy_warnings():
+    """dm_control's float64 action bounds cast to the agent's float32 [-1, 1] without the
+    'overflow encountered in cast' RuntimeWarning every agent build used to print."""
+    env = make_env("dm_control/pendulum-swingup-v0", seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        scaling = SpaceScaling.from_env(env)
+        scale_spaces(env, 0)
+    assert np.allclose(scaling.action(np.ones((1, 1), dtype=np.float32)), env.action_space.high)
     env.close()
 
 
