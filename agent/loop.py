@@ -363,7 +363,7 @@ class Trainer:
             self.writer.flush()  # after the checkpoint never leaves a gap in the curves
         path = self.run_dir / CHECKPOINT_NAME
         if not self.writes:  # a data-parallel rank > 0: only its part of the copies' gather
-            self._collection_rng()
+            self.collection.state_dict()
             self.last_checkpoint = self.agent.num_timesteps
             return path
         try:
