@@ -42,13 +42,17 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterable
+import socket
+import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from agent.collection import Collection
 
@@ -58,6 +62,7 @@ __all__ = [
     "close_process_group",
     "init_from_env",
     "local_device",
+    "run_local_ranks",
     "world_size_from_env",
 ]
 
@@ -163,6 +168,30 @@ def close_process_group() -> None:
     """Leave the process group, if this process joined one."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def run_local_ranks(fn: Callable, world: int, args: tuple = ()) -> list[Any]:
+    """fn(rank, *args) in `world` processes joined in one gloo group on this machine's loopback
+    (what `torchrun --standalone` sets up; for tests and benchmarks), one torch thread each;
+    every rank's return value in rank order. `fn` must be a module-level function and its
+    result savable with torch.save."""
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as out:
+        mp.spawn(_local_rank, args=(world, port, fn, args, out), nprocs=world, join=True)
+        return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+def _local_rank(rank: int, world: int, port: int, fn: Callable, args: tuple, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        result = fn(rank, *args)
+    finally:
+        dist.destroy_process_group()
+    torch.save(result, Path(out) / f"rank{rank}.pt")
 
 
 def local_device(device: str) -> str:

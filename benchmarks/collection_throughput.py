@@ -21,21 +21,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from agent.agent import Agent
 from agent.collection import Collection
 from agent.config import RunConfig
-from agent.distributed import DistContext, ShardedCollection
+from agent.distributed import DistContext, ShardedCollection, run_local_ranks
 
 
 def _agent(args: argparse.Namespace, copies: int, ctx: DistContext | None) -> Agent:
@@ -87,27 +83,9 @@ def setting(args: argparse.Namespace, copies: int, ctx: DistContext | None) -> t
     return steps / statistics.median(alone), steps / statistics.median(trained)
 
 
-def _rank(rank: int, world: int, port: int, args: argparse.Namespace, copies: int, out: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        result = setting(args, copies // world, DistContext(rank, world))
-    finally:
-        dist.destroy_process_group()
-    if rank == 0:
-        torch.save(result, out)
-
-
-def on_ranks(args: argparse.Namespace, world: int, copies: int) -> tuple[float, float]:
-    """`setting` on `world` gloo processes on loopback; rank 0's numbers (every rank's are the
-    same: each step waits for all of them)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "result.pt")
-        mp.spawn(_rank, args=(world, port, args, copies, out), nprocs=world, join=True)
-        return torch.load(out, weights_only=False)
+def _on_rank(rank: int, args: argparse.Namespace, copies: int) -> tuple[float, float]:
+    world = dist.get_world_size()
+    return setting(args, copies // world, DistContext(rank, world))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             if ranks == 1:
                 rows.append((ranks, copies, *setting(args, copies, None)))
             else:
-                rows.append((ranks, copies, *on_ranks(args, ranks, copies)))
+                # every rank's numbers are the same (each step waits for all): rank 0's
+                rows.append((ranks, copies, *run_local_ranks(_on_rank, ranks, (args, copies))[0]))
     base = rows[0]
     print(f"{args.env}, {args.world_model} agent, {'async' if args.use_async else 'sync'} "
           f"vector env, one torch thread per process, {os.cpu_count()} cores; env steps/s "

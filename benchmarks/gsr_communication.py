@@ -15,14 +15,11 @@ messages are collective calls. Both protocols' outputs are checked equal to the 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import tempfile
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from agent.distributed import run_local_ranks
 from world_model.memory.gsr import GSRConfig, gsr_route
 from world_model.memory.gsr_distributed import (
     CommLog,
@@ -38,10 +35,10 @@ def _unit(n: int, d: int, seed: int) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True)
 
 
-def _rank(rank: int, world: int, port: int, args: argparse.Namespace, path: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
+def _rank(rank: int, args: argparse.Namespace) -> list[tuple[int, ...]]:
+    """Each batch's row: (B, GSR bytes, GSR messages, MoE bytes, MoE messages, ranks whose
+    outputs equal the unsharded GSR's), summed over the ranks."""
+    world = dist.get_world_size()
     config = GSRConfig(k=args.k, eps=1e-2)
     values = torch.randn(args.pool, args.dv, generator=torch.Generator().manual_seed(3))
     prototypes = _unit(args.pool, args.m, 1)
@@ -69,15 +66,7 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, path: str)
                               int(ok)], dtype=torch.int64)  # fmt: skip
         dist.all_reduce(stats)  # sums over ranks
         rows.append((batch, *stats.tolist()))
-    if rank == 0:
-        torch.save(rows, path)
-    dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return rows
 
 
 def main() -> None:
@@ -95,10 +84,7 @@ def main() -> None:
           "| MoE / GSR | outputs equal |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for world in args.ranks:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "rows.pt")
-            mp.spawn(_rank, args=(world, _free_port(), args, path), nprocs=world, join=True)
-            rows = torch.load(path)
+        rows = run_local_ranks(_rank, world, (args,))[0]  # the same sums on every rank
         for batch, gsr_b, gsr_m, moe_b, moe_m, ok in rows:
             print(f"| {world} | {batch} | {gsr_b:,} | {gsr_b / batch:,.0f} | {gsr_m} | {moe_b:,} "
                   f"| {moe_b / batch:,.0f} | {moe_m} | {moe_b / gsr_b:.2f} | "

@@ -9,15 +9,9 @@ with one). Never torch.set_num_threads(k >= 2): with this torch it silently brea
 from __future__ import annotations
 
 import os
-import socket
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from hypothesis import settings
 
 torch.set_num_threads(1)
@@ -46,24 +40,3 @@ def ball_points(
 @pytest.fixture(params=[torch.float32, torch.float64], ids=["f32", "f64"])
 def dtype(request):
     return request.param
-
-
-def _gloo_rank(rank: int, world: int, port: int, fn: Callable, args: tuple, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    try:
-        result = fn(rank, *args)
-    finally:
-        dist.destroy_process_group()
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-
-
-def run_on_gloo_ranks(fn: Callable, world: int, args: tuple, out_dir: Path) -> list[Any]:
-    """fn(rank, *args) in `world` processes of a gloo group on loopback; their results by rank
-    (fn: a module-level function, its result saved with torch.save)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_gloo_rank, args=(world, port, fn, args, str(out_dir)), nprocs=world, join=True)
-    return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world)]

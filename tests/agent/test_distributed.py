@@ -18,8 +18,7 @@ import torch
 
 from agent.agent import Agent
 from agent.config import ConfigError, RunConfig
-from agent.distributed import DistContext
-from tests.conftest import run_on_gloo_ranks
+from agent.distributed import DistContext, run_local_ranks
 from world_model import sharding
 
 from .conftest import tiny
@@ -72,8 +71,8 @@ def _worker(rank: int, name: str) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_updates_on_two_ranks_equal_one_process_on_the_union_batch(name, tmp_path):
-    ranks = run_on_gloo_ranks(_worker, WORLD, (name,), tmp_path)
+def test_updates_on_two_ranks_equal_one_process_on_the_union_batch(name):
+    ranks = run_local_ranks(_worker, WORLD, (name,))
     one = _trained_state(Agent(None, _config(name, 2)))  # 2 streams, the whole batch
     fresh = Agent(None, _config(name, 2)).model.state_dict()
     moved = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import run_on_gloo_ranks
+from agent.distributed import run_local_ranks
 from world_model.memory.gsr import GSRConfig, gsr_route
 from world_model.memory.gsr_distributed import (
     CommLog,
@@ -75,10 +75,10 @@ def _worker(rank: int, cases: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
+def two_ranks():
     """Both ranks' results for each case (pool 37 k 5; pool 7 k 5: a shard smaller than K)."""
     cases = [_case(37, 5), _case(7, 5)]
-    ranks = run_on_gloo_ranks(_worker, WORLD, (cases,), tmp_path_factory.mktemp("gsr_ranks"))
+    ranks = run_local_ranks(_worker, WORLD, (cases,))
     return cases, ranks
 
 
