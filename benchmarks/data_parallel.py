@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ def train(
     return run
 
 
-def read(run: Path) -> dict[str, float]:
+def read(run: Path) -> dict[str, Any]:
     events = EventAccumulator(str(run), size_guidance={"scalars": 0})
     events.Reload()
     evals = {int(e.step): e.value for e in events.Scalars("eval/mean_return")}
@@ -88,6 +89,7 @@ def read(run: Path) -> dict[str, float]:
     counters = state["agent"]["counters"]
     wall = run / "wall.json"
     return {
+        "run": run,
         "eval": evals,
         "updates_per_step": counters["num_updates"] / counters["num_timesteps"],
         "wall_s": sum(json.loads(wall.read_text())) if wall.is_file() else float("nan"),
@@ -128,9 +130,8 @@ def main() -> None:
         many = read(train(out, f"ranks{w}-{seed}", w, seed, args))
         rows.append((seed, one, copies, many))
         if args.episodes:
-            for arm, name in ((one, f"single-{seed}"), (copies, f"copies{w}-{seed}"),
-                              (many, f"ranks{w}-{seed}")):  # fmt: skip
-                arm["final"] = final_returns(_run_dir(out, name), args.episodes)
+            for arm in (one, copies, many):
+                arm["final"] = final_returns(arm["run"], args.episodes)
     n = args.steps
     print(f"\n{args.env}, {args.world_model} agent, {n} env steps: 1 process (1 env; {w} env "
           f"copies) against {w} gloo ranks (torchrun, 1 copy each), the same 10 evaluation "
