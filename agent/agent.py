@@ -35,7 +35,7 @@ from agent.checkpoint import (
 )
 from agent.collection import copy_seed
 from agent.config import ConfigError, RunConfig, migrate_config
-from agent.distributed import DistContext, local_device
+from agent.distributed import DistContext, rank_device
 from agent.guard import check_losses, check_states, clip_gradients, located
 from agent.loop import Trainer
 from agent.planner import Planner, plan_batch
@@ -136,8 +136,8 @@ class Agent:
         tc, ac = config.train, config.agent
         if tc.single_thread:
             torch.set_num_threads(1)
-        if device is None and dist is not None:  # each CUDA rank its own device
-            device = local_device(tc.device)
+        if dist is not None:  # each CUDA rank its own device
+            device = rank_device(device or tc.device)
         self.device = resolve_device(device or tc.device)
         if ac.discount is not None:
             self.discount = ac.discount

@@ -55,13 +55,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from agent.collection import Collection
+from agent.config import ConfigError
 
 __all__ = [
     "DistContext",
     "ShardedCollection",
     "close_process_group",
     "init_from_env",
-    "local_device",
+    "rank_device",
     "run_local_ranks",
     "world_size_from_env",
 ]
@@ -142,18 +143,19 @@ class DistContext:
 
 
 def init_from_env(device: str) -> DistContext | None:
-    """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT): gloo on
-    the CPU, NCCL on CUDA (the rank's local device). None without torchrun or with one process.
-    The timeout is long: rank 0 evaluates while the others wait at the next step."""
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR/PORT) for a run
+    on `device` (the run's configured device): NCCL where the ranks train on CUDA (each on its
+    LOCAL_RANK's GPU, :func:`rank_device`), gloo on the CPU. None without torchrun or with one
+    process. The timeout is long: rank 0 evaluates while the others wait at the next step."""
     world = world_size_from_env()
     if world <= 1:
         return None
     if not dist.is_available():
         raise RuntimeError("this torch build has no torch.distributed")
     rank = int(os.environ["RANK"])
-    cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    cuda = rank_device(device).startswith("cuda")
     if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(rank_device(device))
     if not dist.is_initialized():
         dist.init_process_group(
             "nccl" if cuda else "gloo",
@@ -194,11 +196,24 @@ def _local_rank(rank: int, world: int, port: int, fn: Callable, args: tuple, out
     torch.save(result, Path(out) / f"rank{rank}.pt")
 
 
-def local_device(device: str) -> str:
-    """A rank's device: CUDA ranks each take their LOCAL_RANK's device."""
-    if device in ("cuda", "auto") and torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
-        return f"cuda:{int(os.environ['LOCAL_RANK'])}"
-    return device
+def rank_device(device: str) -> str:
+    """The device a torchrun rank trains on, for the run's configured `device`. NCCL takes one
+    GPU per rank, so CUDA ranks each take their LOCAL_RANK's GPU: "auto" is CUDA only where every
+    rank on this machine (LOCAL_WORLD_SIZE) has a GPU of its own, else the CPU for all of them;
+    "cuda" with fewer GPUs than ranks is a ConfigError. Outside torchrun: `device` unchanged."""
+    if "LOCAL_RANK" not in os.environ or device not in ("cuda", "auto"):
+        return device
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= local_world:
+        return f"cuda:{local_rank}"
+    if device == "auto":
+        return "cpu"
+    raise ConfigError(
+        f"{local_world} ranks on this machine but {gpus} CUDA device(s): NCCL takes one GPU per "
+        f"rank (start at most {gpus} per machine, or train on --device cpu)"
+    )
 
 
 class ShardedCollection:

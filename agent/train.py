@@ -17,6 +17,7 @@ checkpoint kept).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -149,12 +150,26 @@ def _start(
     return start_run(config, run_metadata(PROG, argv), dist)
 
 
+def _run_device(args: argparse.Namespace) -> str:
+    """The device this start trains on (--device, else the resumed run's saved config, else the
+    new run's config), known before torchrun's process group is joined on it."""
+    if args.device is not None:
+        return args.device
+    if args.resume is not None:
+        try:
+            saved = json.loads((Path(args.resume) / "config.json").read_text())
+            return str(saved["train"]["device"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return TrainConfig().device  # Agent.resume reports an unreadable run
+    return config_from_args(args).train.device
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_world_model_of(argv)).parse_args(argv)
     prog, dist = PROG, None
     try:
-        dist = init_from_env(args.device or TrainConfig().device)
+        dist = init_from_env(_run_device(args))
         if dist is not None and not dist.is_main:
             prog = f"{PROG} [rank {dist.rank}]"
         trainer, run_dir = _start(args, argv, dist)

@@ -72,9 +72,12 @@ def time_calls(fn, n: int, clock: str = "wall") -> float:
     """ms per call of fn over n calls, by the wall clock or by this process's CPU time (which
     a busy machine inflates less: the process's waits for a core are not counted)."""
     now = CLOCKS[clock]
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    sync()  # on a GPU, count the kernels a call queued, not only their launches
     start = now()
     for _ in range(n):
         fn()
+    sync()
     return (now() - start) / n * 1e3
 
 
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     params = {n: sum(p.numel() for p in a.model.parameters()) for n, a in agents.items()}
     print(
         f"\n{args.env}: {args.rounds} rounds x ({args.updates} updates, {args.plans} plans), "
-        f"1 thread, {args.clock} ms per call (median over rounds; min in brackets)\n"
+        f"1 thread, device {agents[ref].device}, {args.clock} ms per call "
+        "(median over rounds; min in brackets)\n"
     )
     print(f"| world model | params | update ms | plan ms | update / {ref} | plan / {ref} |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -9,6 +9,7 @@ with one). Never torch.set_num_threads(k >= 2): with this torch it silently brea
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +22,16 @@ torch.set_num_threads(1)
 settings.register_profile("same_everywhere", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "same_everywhere"))
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child Python (a CLI, torchrun) that imports the package
+    from the checkout: the repository first on PYTHONPATH, what was there kept after it."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
 
 # Tolerances per dtype for comparisons against an independent reference.
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,8 +26,7 @@ from agent.checkpoint import load_checkpoint
 from agent.config import RunConfig, TrainConfig, field_docs
 from agent.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT, child_env
 
 
 def write_config(path: Path, **sections) -> Path:
@@ -37,7 +35,7 @@ def write_config(path: Path, **sections) -> Path:
 
 
 def run_cli(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
@@ -133,7 +131,7 @@ def test_short_run_resume_and_evaluate(tmp_path):
 def test_ctrl_c_writes_a_checkpoint_and_the_run_resumes(tmp_path):
     config = write_config(tmp_path / "tiny.json", train={"checkpoint_every": 50})
     logdir = tmp_path / "runs"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     proc = subprocess.Popen(
         [
             sys.executable,

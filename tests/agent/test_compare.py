@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -31,8 +30,8 @@ from agent.config import ConfigError
 from agent.episodes import run_episodes
 from agent.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
 from tests.agent.conftest import call_main, tiny
+from tests.conftest import ROOT, child_env
 
-ROOT = Path(__file__).resolve().parents[2]
 WORST_STEP = -16.3  # Pendulum-v1's lowest reward per step (about -16.27)
 
 # one config for both world models: shared [dynamics] keys, then each one's own sub-table
@@ -57,7 +56,7 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "agent.compare", *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -215,7 +214,7 @@ def test_ctrl_c_keeps_every_finished_evaluation(tmp_path):
             "--config", str(config), "--out", str(out),
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

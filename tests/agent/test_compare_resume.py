@@ -5,7 +5,6 @@ comparison of the same settings; SAC continues from its last evaluation point.""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,8 +18,7 @@ from agent import compare
 from agent.checkpoint import load_checkpoint
 from agent.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT, child_env
 
 
 def _settings(config: Path) -> list[str]:
@@ -36,7 +34,7 @@ def test_a_killed_comparison_resumes_to_the_uninterrupted_result(tmp_path, capsy
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent.compare", "--world-models", "gru", *_settings(config),
          "--out", str(out)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, env=child_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +20,8 @@ from agent.agent import Agent
 from agent.config import RunConfig
 from agent.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
+from tests.conftest import ROOT, child_env
 
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = 150
 GEODESIC = {
     "latent_dim": 4,
@@ -64,7 +63,7 @@ def run_module(module: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,

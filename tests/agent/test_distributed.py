@@ -7,7 +7,6 @@ GSR-routed pool that DMG grows); `torchrun` trains, rank 0 alone writes, and the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,14 +17,14 @@ import torch
 
 from agent.agent import Agent
 from agent.config import ConfigError, RunConfig
-from agent.distributed import DistContext, run_local_ranks
+from agent.distributed import DistContext, rank_device, run_local_ranks
+from tests.conftest import child_env
 from world_model import sharding
 
 from .conftest import tiny
 
 WORLD = 2
 UPDATES = 3
-ROOT = Path(__file__).resolve().parents[2]
 
 GEODESIC = {
     "train": {"world_model": "geodesic"},
@@ -110,10 +109,29 @@ def test_bad_world_sizes_are_one_line_errors(tmp_path):
         Agent.resume(tmp_path, dist=DistContext(0, 3))
 
 
+@pytest.mark.parametrize(
+    ("device", "gpus", "want"),
+    [("auto", 0, "cpu"), ("auto", 1, "cpu"), ("auto", 2, "cuda:1"), ("cuda", 4, "cuda:1")]
+    + [("cpu", 2, "cpu"), ("cuda:0", 1, "cuda:0"), ("cuda", 1, None)],
+)
+def test_each_torchrun_rank_takes_a_gpu_of_its_own_or_none_does(monkeypatch, device, gpus, want):
+    """Rank 1 of 2 on this machine: NCCL takes one GPU per rank, so 'auto' falls back to the CPU
+    (gloo) where the GPUs are fewer than the ranks, and 'cuda' says so in one line."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    if want is None:
+        with pytest.raises(ConfigError, match="2 ranks on this machine but 1 CUDA device"):
+            rank_device(device)
+    else:
+        assert rank_device(device) == want
+
+
 def _torchrun(args: list[str], tmp: Path, nproc: int = WORLD) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     cmd += [f"--nproc-per-node={nproc}", "-m", "agent.train", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = child_env(OMP_NUM_THREADS="1")
     return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -141,14 +159,14 @@ def test_torchrun_trains_and_its_checkpoint_resumes_on_one_process(tmp_path):
     assert Agent.load(run / "checkpoint.pt").config.train.num_envs == 2
     ev = subprocess.run(
         [sys.executable, "-m", "agent.evaluate", str(run), "--episodes", "2"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        cwd=tmp_path, env=child_env(), capture_output=True,
         text=True, timeout=300,
     )  # fmt: skip
     assert ev.returncode == 0 and "over 2 deterministic episodes" in ev.stdout, ev.stderr[-3000:]
 
     resumed = subprocess.run(
         [sys.executable, "-m", "agent.train", "--resume", str(run), "--steps", "400"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+        cwd=tmp_path, env=child_env(), capture_output=True,
         text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ball_points
+from tests.conftest import ball_points, child_env
 from world_model.attention import ida, triton_ida
 from world_model.attention.hida import DenseHIDA, DenseHIDAConfig
 
@@ -85,7 +85,7 @@ def outputs_and_grads(fn, tensors, seed=5):
     leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
     out = fn(*leaves)
     g = torch.Generator().manual_seed(seed)
-    cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)
+    cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out)
     grads = torch.autograd.grad(out, leaves, cot)
     return [out.detach().double()] + [g.double() for g in grads]
 
@@ -281,7 +281,7 @@ def test_interpreter_tests_in_a_fresh_process():
     if IN_PROCESS or _FRESH:
         pytest.skip("the interpreter tests ran in this process")
     root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
+    env = child_env(TRITON_INTERPRET="1")
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
         cwd=root, env=env, capture_output=True, text=True, timeout=900,
