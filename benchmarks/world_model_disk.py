@@ -93,10 +93,12 @@ def build(
     params_target: int | None = None,
     conservative: bool = False,
     wells: int = POTENTIAL_WELLS,
+    integrator: dict | None = None,
 ) -> WorldModel:
     """conservative: the geodesic model's O-step off (friction 0, which relu keeps at 0, and no
     thermostat noise), the prior a user sets for a system known to conserve energy. wells: the
-    geodesic model's learned potential wells."""
+    geodesic model's learned potential wells. integrator: more IntegratorConfig fields of the
+    geodesic model (benchmarks/thermostat_ablation.py: its thermostat)."""
     heads = WorldModelConfig(hidden_dim=64, hidden_layers=1)
     if kind == "geodesic":
         # the latent state is the observed (z, p) on the disk (as in the feasibility study); the
@@ -113,6 +115,7 @@ def build(
                     drift_correction=False,
                     potential_wells=wells,
                     **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
+                    **(integrator or {}),
                 ),
                 context=ContextConfig(prototypes=64, feature_dim=16),
             ),
