@@ -3,6 +3,8 @@
     python -m agent.compare --env Pendulum-v1 --seeds 3          # geodesic vs GRU vs SAC
     python -m agent.compare --seeds 1 --steps 2000 --at 500 1000 --no-sac
     python -m agent.compare --world-models gru --config tuned.toml --out runs/tuned
+    python -m agent.compare --ablations --seeds 3    # the full geodesic model and its ablations
+    python -m agent.compare --ablations screening-off chirality-off --config tuned.toml
     python -m agent.compare --resume runs/tuned      # continue an interrupted comparison
     python -m agent.compare --merge runs/a runs/b --out runs/ab  # pieces run apart, one table
 
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 from agent.cli import OneLineParser, as_config_error
+from agent.comparison.ablations import ABLATIONS, FULL_MODEL, ablations_help
 from agent.comparison.config import DEFAULT_WORLD_MODELS, CompareConfig
 from agent.comparison.merge import merge_comparisons
 from agent.comparison.report import format_table, plot_learning_curves, plot_prediction_error
@@ -59,16 +62,19 @@ def build_parser(prog: str = PROG, description: str | None = None) -> argparse.A
     add("--at", type=int, nargs="+", default=None, metavar="STEP", help="evaluate at these env "
         "steps, and at --steps (default: every train.eval_every of the --config file, else "
         "1000 2500 5000 below --steps, and --steps)")  # fmt: skip
-    add("--world-models", nargs="*", default=list(DEFAULT_WORLD_MODELS), metavar="NAME",
+    add("--world-models", nargs="*", default=None, metavar="NAME",
         help=f"world models to train: {', '.join(dynamics_names())} (default: "
-        f"{' '.join(DEFAULT_WORLD_MODELS)}; none named: SAC alone)")  # fmt: skip
-    add("--sac", action=argparse.BooleanOptionalAction, default=True,
-        help="also train SB3's SAC with default settings as the model-free reference")  # fmt: skip
+        f"{' '.join(DEFAULT_WORLD_MODELS)}, {FULL_MODEL} alone with --ablations; none named: "
+        "SAC alone)")  # fmt: skip
+    add("--sac", action=argparse.BooleanOptionalAction, default=None,
+        help="also train SB3's SAC with default settings as the model-free reference "
+        "(default: yes, no with --ablations)")  # fmt: skip
+    add("--ablations", nargs="*", default=None, metavar="NAME", help=ablations_help())
     add("--episodes", type=int, default=10, metavar="N", help="deterministic evaluation "
         "episodes at each point (default: 10)")  # fmt: skip
     add("--reference", default=None, metavar="METHOD", help="the method every other one is "
-        "compared with seed by seed in the paired table (default: gru when compared, else the "
-        "first method)")  # fmt: skip
+        "compared with seed by seed in the paired table (default: the full geodesic model with "
+        "--ablations, else gru when compared, else the first method)")  # fmt: skip
     add("--out", metavar="DIR", help="output folder (default: runs/compare__{env}__{time})")
     add("--config", metavar="FILE", help="JSON or TOML file of RunConfig overrides by section, "
         "as agent.train takes it")  # fmt: skip
@@ -95,17 +101,20 @@ def config_from_args(args: argparse.Namespace) -> CompareConfig:
     every = train.get("eval_every", 0)
     if not points and isinstance(every, int) and not isinstance(every, bool) and every > 0:
         points = tuple(range(every, steps + 1, every))  # the config file's evaluation interval
+    ablations = None if args.ablations is None else tuple(args.ablations or ABLATIONS)
+    default_models = DEFAULT_WORLD_MODELS if ablations is None else (FULL_MODEL,)
     return CompareConfig(
         env_id=args.env if args.env is not None else train.get("env_id", TrainConfig.env_id),
         seeds=args.seeds,
         first_seed=args.first_seed,
         steps=steps,
         points=points,
-        world_models=tuple(args.world_models),
-        sac=args.sac,
+        world_models=tuple(default_models if args.world_models is None else args.world_models),
+        sac=args.sac if args.sac is not None else ablations is None,
         episodes=args.episodes,
         overrides=overrides,
         reference=args.reference,
+        ablations=ablations or (),
     )
 
 

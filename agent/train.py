@@ -6,6 +6,7 @@
     python -m agent.train --config my.toml --steps 5000     # file overrides < flags
     python -m agent.train --resume runs/Pendulum-v1__gru__1__1760000000 [--steps 20000]
     python -m agent.train --world-model geodesic --help     # every field of that world model
+    python -m agent.train --world-model geodesic --screening off --wilson none   # ablations
 
 Every config field has a flag `--{section}.{field}` generated from the dataclasses
 (agent/cli.py); the short flags below are aliases of the most used ones. Each run writes
@@ -50,12 +51,20 @@ ALIASES = {"env": "train.env_id", "world_model": "train.world_model", "steps": "
            "attention": "dynamics.head.kernel", "memory": "dynamics.context.memory",
            "memory_capacity": "dynamics.context.memory_capacity",
            "routing": "dynamics.context.routing", "pool_size": "dynamics.context.pool_capacity",
-           "route_k": "dynamics.context.route_k", "num_envs": "train.num_envs"}  # fmt: skip
+           "route_k": "dynamics.context.route_k", "num_envs": "train.num_envs",
+           # the seed's components, switched for ablations (README.md, "Ablations")
+           "wilson": "dynamics.head.wilson", "temperature": "dynamics.head.temperature",
+           "screening": "dynamics.head.screening", "chirality": "dynamics.context.value_gradient",
+           "thermostat": "dynamics.integrator.learned_thermostat"}  # fmt: skip
+# the words of the switches whose field is a bool, and the value each sets (any other: exit 2)
+SWITCHES = {"screening": {"on": True, "off": False}, "chirality": {"on": True, "off": False},
+            "thermostat": {"exact": False, "learned": True}}  # fmt: skip
 ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int, "pool_size": int, "route_k": int,
                "num_envs": int}  # fmt: skip
 METAVARS = {"env": "ENV_ID", "world_model": "NAME", "steps": "N", "seed": "S", "logdir": "DIR",
             "device": "DEVICE", "attention": "KERNEL", "memory": "OPERATOR", "memory_capacity": "C",
-            "routing": "ROUTING", "pool_size": "P", "route_k": "K", "num_envs": "K"}  # fmt: skip
+            "routing": "ROUTING", "pool_size": "P", "route_k": "K", "num_envs": "K",
+            "wilson": "MODE", "temperature": "metric|constant"}  # fmt: skip
 
 
 def _world_model_of(argv: list[str]) -> str | None:
@@ -95,7 +104,8 @@ def build_parser(world_model: str | None = None) -> argparse.ArgumentParser:
             dest=flag,
             default=None,
             type=ALIAS_TYPES.get(flag, str),
-            metavar=METAVARS[flag],
+            choices=SWITCHES.get(flag),
+            metavar=METAVARS.get(flag) or "|".join(SWITCHES[flag]),
             help=f"{doc}{more} (sets --{path})",
         )
     parser.add_argument(
@@ -121,8 +131,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     data: dict[str, Any] = load_config_file(args.config) if args.config is not None else {}
     flags = config_overrides(args)
     for flag, path in ALIASES.items():
-        if getattr(args, flag, None) is not None:
-            flags = merge_tables(flags, dotted_table(path, getattr(args, flag)))
+        if (value := getattr(args, flag, None)) is not None:
+            value = SWITCHES[flag][value] if flag in SWITCHES else value  # a switch's word
+            flags = merge_tables(flags, dotted_table(path, value))
     world_model = flags.get("train", {}).get("world_model")
     if world_model is not None and isinstance(data.get("train", {}), dict):
         data = merge_tables(data, {"train": {"world_model": world_model}})
@@ -134,8 +145,7 @@ def _start(
     args: argparse.Namespace, argv: list[str], dist: DistContext | None
 ) -> tuple[Trainer, Path]:
     if args.resume is not None:
-        fixed = ("env", "world_model", "seed", "logdir", "config", "attention", "memory")
-        fixed += ("memory_capacity", "routing", "pool_size", "route_k")
+        fixed = [*(f for f in ALIASES if f not in ("steps", "device", "num_envs")), "config"]
         given = [f"--{f.replace('_', '-')}" for f in fixed if getattr(args, f) is not None]
         given += [f"--{section}.*" for section in config_overrides(args)]
         if given:

@@ -25,6 +25,7 @@ method and seed (the geodesic runs with diagnostics nodes 67-70): `tensorboard -
 Modules, each one job:
 
 - `config`: CompareConfig (what to compare, validated at construction) and the evaluation points
+- `ablations`: the seed's components knocked out one at a time (`--ablations`), each a row
 - `stats`: paired differences and their bootstrap interval
 - `results`: what a comparison holds (runs, points, summary and paired rows) and results.json
 - `runner`: training the agents (a measured Trainer) and SAC, run_comparison, run folders

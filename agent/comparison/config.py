@@ -1,8 +1,11 @@
 """What a comparison compares: CompareConfig (methods, seeds, steps, evaluation points, the
-RunConfig overrides), validated at construction so that bad input fails before anything runs.
+RunConfig overrides, the ablations), validated at construction so that bad input fails before
+anything runs.
 
 A `--config` file applies by section, as `agent.train` applies it; [dynamics] keys go to every
-world model, a sub-table [dynamics.NAME] to world model NAME only (their keys differ).
+world model, a sub-table [dynamics.NAME] to world model NAME only (their keys differ). An
+ablation (agent/comparison/ablations.py) is one more method: the geodesic model's config with
+the ablation's [dynamics] overrides on top.
 """
 
 from __future__ import annotations
@@ -11,6 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.cli import merge_tables
+from agent.comparison.ablations import (
+    ABLATIONS,
+    FULL_MODEL,
+    ablated_dynamics,
+    ablation_of_row,
+    check_ablations,
+    split_methods,
+)
 from agent.config import INT_MAX, ConfigError, RunConfig, TrainConfig
 from world_model.registry import dynamics_names, get_dynamics
 
@@ -58,8 +69,12 @@ class CompareConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
     """RunConfig overrides by section (a --config file); [dynamics.NAME] for one world model"""
     reference: str | None = None
-    """the method every other one is compared with seed by seed (the paired table); None: gru
-    when it is compared, else the first method"""
+    """the method every other one is compared with seed by seed (the paired table); None: the
+    full geodesic model when there are ablations, else gru when it is compared, else the first
+    method"""
+    ablations: tuple[str, ...] = ()
+    """names from agent.comparison.ablations.ABLATIONS, each trained as one more method (its
+    row) beside the full geodesic model, which must be compared too"""
     train: TrainConfig = field(init=False, repr=False)
     """the [train] section every method shares (env, episode limit, eval seed, threads)"""
 
@@ -90,7 +105,15 @@ class CompareConfig:
                 get_dynamics(name)
             except ValueError as err:
                 raise ConfigError(str(err)) from None
-        if self.reference is None:
+        self.ablations = check_ablations(self.ablations)
+        if self.ablations and FULL_MODEL not in self.world_models:
+            raise ConfigError(
+                f"--ablations change the {FULL_MODEL} world model, which must be compared too "
+                f"(--world-models {FULL_MODEL} ...)"
+            )
+        if self.reference is None and self.ablations:
+            self.reference = FULL_MODEL
+        elif self.reference is None:
             self.reference = "gru" if "gru" in self.world_models else self.methods[0]
         elif self.reference not in self.methods:
             raise ConfigError(
@@ -102,8 +125,15 @@ class CompareConfig:
         if not isinstance(self.overrides.get("train", {}), dict):
             raise ConfigError("[train] must be a table of key = value")
         self.train = self._train_config()
-        for name in self.world_models:
+        for name in self.agent_methods:
             self.run_config(name, seed=1)  # every override checked before anything runs
+        full = self.run_config(FULL_MODEL, seed=1).dynamics if self.ablations else None
+        for name in self.ablations:
+            if self.run_config(ABLATIONS[name].row, seed=1).dynamics == full:
+                raise ConfigError(
+                    f"ablation {name!r} changes nothing: the --config already sets "
+                    f"{_dotted(ABLATIONS[name].dynamics)} for {FULL_MODEL}"
+                )
 
     @property
     def seed_list(self) -> list[int]:
@@ -111,7 +141,13 @@ class CompareConfig:
 
     @property
     def methods(self) -> list[str]:
-        return [*self.world_models, *([SAC] if self.sac else [])]
+        """World models, ablation rows, then SAC."""
+        return [*self.agent_methods, *([SAC] if self.sac else [])]
+
+    @property
+    def agent_methods(self) -> list[str]:
+        """The methods trained as agents: the world models, then each ablation's row."""
+        return [*self.world_models, *(ABLATIONS[name].row for name in self.ablations)]
 
     @property
     def run_order(self) -> list[tuple[str, int]]:
@@ -139,12 +175,16 @@ class CompareConfig:
         world_model = self.world_models[0] if self.world_models else TrainConfig.world_model
         return RunConfig.from_dict({"train": self._train_overrides(world_model, 1)}).train
 
-    def run_config(self, world_model: str, seed: int) -> RunConfig:
-        """agent.train's defaults < the overrides (with world_model's [dynamics]) < this run."""
+    def run_config(self, method: str, seed: int) -> RunConfig:
+        """agent.train's defaults < the overrides (with the world model's [dynamics]) < an
+        ablation's [dynamics] overrides (when `method` is an ablation's row) < this run."""
+        ablation = ablation_of_row(method)
+        world_model = method if ablation is None else FULL_MODEL
+        dynamics = _dynamics_overrides(self.overrides.get("dynamics", {}), world_model)
         sections = {
             **self.overrides,
             "train": self._train_overrides(world_model, seed),
-            "dynamics": _dynamics_overrides(self.overrides.get("dynamics", {}), world_model),
+            "dynamics": dynamics if ablation is None else ablated_dynamics(dynamics, ablation),
         }
         try:
             return RunConfig.from_dict(sections)
@@ -152,24 +192,27 @@ class CompareConfig:
             hint = (
                 " (keys of one world model go in [dynamics.NAME])" if "dynamics" in str(err) else ""
             )
-            raise ConfigError(f"world model {world_model!r}: {err}{hint}") from None
+            what = f"world model {method!r}" if ablation is None else f"ablation {ablation!r}"
+            raise ConfigError(f"{what}: {err}{hint}") from None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompareConfig:
         """The comparison `to_dict` describes (a results.json), validated again."""
         try:
             methods, seeds = list(data["methods"]), [int(s) for s in data["seeds"]]
+            world_models, ablations = split_methods(methods, SAC)
             return cls(
                 env_id=data["env_id"],
                 seeds=max(seeds) - min(seeds) + 1,
                 first_seed=min(seeds),
                 steps=data["steps"],
                 points=tuple(data["points"]),
-                world_models=tuple(m for m in methods if m != SAC),
+                world_models=world_models,
                 sac=SAC in methods,
                 episodes=data["episodes"],
                 overrides=data.get("overrides", {}),
                 reference=data.get("reference"),
+                ablations=ablations,
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ConfigError(f"not a comparison's results ({type(err).__name__}: {err})") from None
@@ -185,7 +228,15 @@ class CompareConfig:
             "episodes": self.episodes,
             "eval_seeds": [self.train.eval_seed + k for k in range(self.episodes)],
             "overrides": self.overrides,
+            **self._ablation_table(),
         }
+
+    def _ablation_table(self) -> dict[str, Any]:
+        """{"ablations": each row's [dynamics] overrides of the full model} for a reader of
+        results.json (from_dict reads the ablations back from the methods); {} without any."""
+        if not self.ablations:
+            return {}
+        return {"ablations": {ABLATIONS[n].row: ABLATIONS[n].dynamics for n in self.ablations}}
 
 
 def _dynamics_overrides(section: Any, world_model: str) -> Any:
@@ -196,3 +247,11 @@ def _dynamics_overrides(section: Any, world_model: str) -> Any:
     shared = {k: v for k, v in section.items() if not (k in names and isinstance(v, dict))}
     own = section.get(world_model)
     return merge_tables(shared, own) if isinstance(own, dict) else shared
+
+
+def _dotted(table: dict[str, Any], prefix: str = "dynamics.") -> str:
+    """{"head": {"wilson": "none"}} -> "dynamics.head.wilson = 'none'" (one key per ablation)."""
+    key, value = next(iter(table.items()))
+    if isinstance(value, dict):
+        return _dotted(value, f"{prefix}{key}.")
+    return f"{prefix}{key} = {value!r}"

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.comparison.ablations import split_methods
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.results import RESULTS_FORMAT, Comparison, MethodRun, PointResult
 from agent.config import ConfigError
@@ -92,6 +93,7 @@ def merge_comparisons(sources: Sequence[str | Path], out: str | Path) -> Compari
     if not runs:
         raise ConfigError(f"--merge: no run in {', '.join(n for n, _ in pieces)}")
     methods = list(dict.fromkeys(method for method, _ in runs))
+    world_models, ablations = split_methods(methods, SAC)
     seeds = [seed for _, seed in runs]
     base = first.config
     reference = base.reference if base.reference in methods else None
@@ -101,11 +103,12 @@ def merge_comparisons(sources: Sequence[str | Path], out: str | Path) -> Compari
         first_seed=min(seeds),
         steps=base.steps,
         points=base.points,
-        world_models=tuple(m for m in methods if m != SAC),
+        world_models=world_models,
         sac=SAC in methods,
         episodes=base.episodes,
         overrides=base.overrides,
         reference=reference,
+        ablations=ablations,
     )
     ordered = [runs[key][1] for key in config.run_order if key in runs]
     done = all(run.status == "done" for run in ordered)

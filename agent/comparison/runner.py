@@ -134,19 +134,20 @@ def _per_call_ms(seconds: float, calls: int) -> float | None:
 
 def train_agent(
     config: CompareConfig,
-    world_model: str,
+    method: str,
     seed: int,
     run_dir: Path,
     on_point: Callable[[PointResult], bool | None],
     *,
     resume: bool = False,
 ) -> str:
-    """Train the agent with `world_model` on `seed` to config.steps, logging to `run_dir`, and
-    hand each evaluation point to `on_point` (which returns False to stop the run there, e.g.
-    at a target return). `resume`: continue from run_dir's checkpoint (points up to its step
-    are not evaluated again). Returns the Trainer's status ('done', 'stopped' by on_point, or
-    'interrupted': a Ctrl-C stops at the next step); a checkpoint is written in every case."""
-    run_config = config.run_config(world_model, seed)
+    """Train the agent of `method` (a world model or an ablation's row) on `seed` to
+    config.steps, logging to `run_dir`, and hand each evaluation point to `on_point` (which
+    returns False to stop the run there, e.g. at a target return). `resume`: continue from
+    run_dir's checkpoint (points up to its step are not evaluated again). Returns the Trainer's
+    status ('done', 'stopped' by on_point, or 'interrupted': a Ctrl-C stops at the next step); a
+    checkpoint is written in every case."""
+    run_config = config.run_config(method, seed)
     if resume and (run_dir / CHECKPOINT_NAME).is_file():
         trainer = Agent.resume(
             run_dir, progress=run_config.train.progress, trainer_cls=_MeasuredTrainer
@@ -380,9 +381,9 @@ def run_comparison(
 
 
 def preflight(config: CompareConfig) -> None:
-    """Build every world model's agent once (env, action space, device, model config) so that
-    bad input fails before anything trains."""
-    for name in config.world_models:
+    """Build every world model's and ablation's agent once (env, action space, device, model
+    config) so that bad input fails before anything trains."""
+    for name in config.agent_methods:
         agent = Agent(None, config.run_config(name, seed=1))
         agent.env.close()
     if config.sac:

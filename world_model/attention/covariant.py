@@ -33,6 +33,11 @@ line to its code and test.
 The degenerate limit (all couplings 0, temperature "constant", W_Qz = W_QGamma = 0, sigma = 0,
 kappa = 0) is standard attention W_O softmax(QK^T / sqrt(d_k)) V through this same code path.
 
+Ablations (HeadOptions; README.md, "Ablations"): wilson "none" makes every line the identity
+(no parallel transport: s = <psi_Q, psi_K>, out = sum alpha psi_V), temperature "constant" sets
+tau = sqrt(d_k), screening False drops the sigma A term and its parameter; the chiral gate is
+off for queries without a value gradient (the geodesic model's context.value_gradient).
+
 This module is the nn.Module; the rest lives beside it and is re-exported here: the maths on
 the realified layout in geometry.doublet, the config in covariant_config, the queries, prepared
 context and record in covariant_types, the kernels (chosen once, at construction) in
@@ -58,6 +63,7 @@ from geometry.doublet import (
 from . import covariant_gradient
 from .context import MACRO_LEVEL, ContextBank
 from .covariant_config import (
+    NO_TRANSPORT,
     AreaProxy,
     AttentionKernel,
     ChristoffelMode,
@@ -142,8 +148,11 @@ class CovariantAttention(nn.Module):
         self.w_v = nn.Linear(cfg.d_value, k, bias=False)
         self.w_o = nn.Linear(k, cfg.d_out, bias=False)
 
-        # area-law screening: sigma(l) = g(l)^2 (Thm 102: sigma proportional to g_s(l)^2)
-        self.screening_coupling = nn.Parameter(torch.tensor(opt.string_tension).sqrt())
+        # area-law screening: sigma(l) = g(l)^2 (Thm 102: sigma proportional to g_s(l)^2);
+        # none without screening (the ablation: no term, nothing to learn)
+        self.screening_coupling = (
+            nn.Parameter(torch.tensor(opt.string_tension).sqrt()) if opt.screening else None
+        )
 
         # kernel ridge regression: lam = softplus(raw) + 1e-4 (seed 001 §3)
         if opt.kernel == "krr":
@@ -182,8 +191,12 @@ class CovariantAttention(nn.Module):
         """U_{z->0} for every point (seed 003 Def 282) in the minimal representation: positions
         [..., d] -> [..., r, r]. The head's own connection goes through the closed-form group
         path (geometry.gauge.wilson_line_in_group: no matrix exponentials); another connection
-        (node 67's transformed one) through the generic path. Both give the same lines."""
+        (node 67's transformed one) through the generic path. Both give the same lines.
+        Wilson mode "none": the identity [..., r, r] for every point and connection."""
         cfg = self.config
+        if cfg.options.wilson == NO_TRANSPORT:  # the ablation: U = I, whatever the connection
+            eye = torch.eye(self.rep_dim, dtype=positions.dtype, device=positions.device)
+            return eye.expand(*positions.shape[:-1], self.rep_dim, self.rep_dim)
         if connection is None:
             return gauge.affine_wilson_line_to_origin(
                 self.group,
@@ -217,7 +230,9 @@ class CovariantAttention(nn.Module):
         return proj, degenerate, operator
 
     def string_tension(self) -> Tensor:
-        """sigma(l) for l = 0 .. L: [L + 1]."""
+        """sigma(l) for l = 0 .. L: [L + 1] (a head with screening off has none)."""
+        if self.screening_coupling is None:
+            raise ValueError("this head has no area-law screening (HeadOptions.screening off)")
         return self.screening_coupling.square()
 
     def query_field(self, queries: CovariantQueries) -> Tensor:

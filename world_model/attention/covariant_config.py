@@ -2,7 +2,9 @@
 "Covariant attention head, screening, diagnostics 67-70"): the per-head shape
 (CovariantAttentionConfig) and the options every head of a model shares (HeadOptions: gauge
 couplings, Wilson-line mode, temperature, quadratic query terms, attention kernel, screening and
-chirality), each default written once.
+chirality), each default written once. Each of the seed's components can be switched off here
+for ablations (README.md, "Ablations"): Wilson lines (`wilson = "none"`), the metric temperature
+(`temperature = "constant"`) and area-law screening (`screening = False`).
 
 A leaf module: it imports nothing from the head (world_model/attention/covariant.py).
 """
@@ -22,6 +24,8 @@ __all__ = [
     "AttentionKernel",
     "TemperatureMode",
     "AreaProxy",
+    "NO_TRANSPORT",
+    "WILSON_MODES",
     "HeadOptions",
     "CovariantAttentionConfig",
 ]
@@ -31,7 +35,8 @@ AttentionKernel = Literal["softmax", "inverse_distance", "krr"]
 TemperatureMode = Literal["metric", "constant"]
 AreaProxy = Literal["conformal", "geodesic"]
 
-WILSON_MODES = gauge.WILSON_MODES
+NO_TRANSPORT = "none"  # the Wilson-line ablation: identity lines, no parallel transport
+WILSON_MODES = (NO_TRANSPORT, *gauge.WILSON_MODES)
 CHRISTOFFEL_MODES = ("full", "factorized", "poincare")
 TEMPERATURE_MODES = ("metric", "constant")
 AREA_PROXIES = ("conformal", "geodesic")
@@ -62,7 +67,8 @@ class HeadOptions:
     """std of the learned connection coefficients c0, c1 at initialisation"""
     wilson: str = "magnus4"
     """Wilson lines: first_order, exp, path_ordered (midpoint pieces, error O(segments^-2)) or
-    magnus4 (fourth-order Magnus pieces, O(segments^-4)); node 67 reports the gauge error"""
+    magnus4 (fourth-order Magnus pieces, O(segments^-4)); node 67 reports the gauge error.
+    none: no parallel transport (every line the identity; an ablation)"""
     segments: int = 12
     """pieces of a path_ordered or magnus4 Wilson line (docs/measurements.md: node 67 against
     cost per mode and segment count)"""
@@ -86,6 +92,9 @@ class HeadOptions:
     """initial area-law screening sigma per level, macro first (Prop 100)"""
     area: str = "conformal"
     """screening area: conformal (lambda(z)^2 |z - z'|^2 / 2, Def 286) or geodesic (d_H^2 / 2)"""
+    screening: bool = True
+    """area-law screening of colour-charged entries (Def 286); False: no screening term in the
+    logits and no string-tension parameter (an ablation; string_tension is then unused)"""
     chirality: float = 0.0
     """initial chiral mixing strength kappa (0: the chiral gate is the identity; learned)"""
 
@@ -110,6 +119,8 @@ class HeadOptions:
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{self._where}.{name} must be one of {tuple(allowed)}")
+        if not isinstance(self.screening, bool):
+            raise ValueError(f"{self._where}.screening must be a bool, got {self.screening!r}")
         if not (self.ida_eps > 0 and self.krr_lambda > 1e-4):
             raise ValueError(f"{self._where} needs ida_eps > 0 and krr_lambda > 1e-4")
         if not all(math.isfinite(s) and s >= 0 for s in self.string_tension):

@@ -22,7 +22,7 @@ from geometry import gauge, poincare, screening
 from geometry.doublet import apply_in_channels, chiral_gate_vjp, masked_softmax
 
 from .context import MACRO_LEVEL
-from .covariant_config import CovariantAttentionConfig
+from .covariant_config import NO_TRANSPORT, CovariantAttentionConfig
 from .covariant_types import CovariantQueries, PreparedContext, check_queries
 
 if TYPE_CHECKING:  # the head passes itself; no import of the head at run time
@@ -34,8 +34,8 @@ __all__ = ["has_closed_form_gradient", "scalar_output_gradient"]
 def has_closed_form_gradient(cfg: CovariantAttentionConfig) -> bool:
     """Whether :func:`scalar_output_gradient` covers a head of this configuration: a scalar
     output (d_out 1), the softmax kernel (either temperature), the factorized or Poincare
-    quadratic query without velocity terms, N_f <= 2 (every Wilson-line mode), and the
-    conformal area proxy."""
+    quadratic query without velocity terms, N_f <= 2 (every Wilson-line mode, "none"
+    included), and the conformal area proxy (screening on or off)."""
     return (
         cfg.d_out == 1
         and cfg.options.kernel == "softmax"
@@ -77,20 +77,23 @@ def scalar_output_gradient(
     check_queries(cfg, queries, prepared)
     z, x = queries.positions, queries.features  # [B, d], [B, d_query]
     n_batch, d = z.shape
-    gens = head.generators  # [G, r, r]
-    r, n_gen = head.rep_dim, gens.shape[0]
     c0, c1 = head.connection_c0, head.connection_c1  # [d, G], [d, d, G]
     group = head.group
     # U_{z->0} as gauge.affine_wilson_line_to_origin builds it, its pieces kept for the VJP:
     # b(t) = p + (1 - t) q along x(t) = (1 - t) z; first order I + sum_g (p + q / 2)_g T_g,
     # otherwise U = E_S .. E_1, E_s = exp(sum_g pieces[s]_g T_g) (S = 1 for exp)
     wilson, segments = cfg.options.wilson, cfg.options.segments
-    p_coef, q_coef = gauge.affine_endpoint_coefficients(c0, c1, z)  # [B, G] each
-    if wilson == "first_order":
-        lines = gauge.line_from_integral(group, p_coef + 0.5 * q_coef, wilson)  # [B, r, r]
+    transported = wilson != NO_TRANSPORT  # "none": U = I, no gradient through a line
+    coefficients = pieces = prefixes = None
+    if not transported:
+        lines = head.lines_to_origin(z)  # [B, r, r] identities
     else:
-        pieces = gauge.affine_segment_exponents(group, p_coef, q_coef, wilson, segments)
-        lines, prefixes = gauge.segmented_group_line(group, pieces)  # [B, r, r], [S, B, F, 4]
+        coefficients = p_coef, q_coef = gauge.affine_endpoint_coefficients(c0, c1, z)  # [B, G]
+        if wilson == "first_order":
+            lines = gauge.line_from_integral(group, p_coef + 0.5 * q_coef, wilson)  # [B, r, r]
+        else:
+            pieces = gauge.affine_segment_exponents(group, p_coef, q_coef, wilson, segments)
+            lines, prefixes = gauge.segmented_group_line(group, pieces)  # [B, r, r], [S, B, F, 4]
     # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1:
     # query_field without velocity terms, written out (not geometry.doublet.low_rank_bilinear)
     # to keep its factors U_r z, V_r z for the gradient
@@ -118,7 +121,7 @@ def scalar_output_gradient(
     tau = (0.5 * sqrt_dk) * one_minus if cfg.options.temperature == "metric" else None
     logits = scores / (tau if tau is not None else sqrt_dk)
     sigma_q = charged = cols = None
-    if prepared.charged:  # on the charged entries only ([B, C])
+    if prepared.charged and cfg.options.screening:  # on the charged entries only ([B, C])
         sigma_q = head.string_tension()[cfg.query_level]
         cols, pos_c, levels_c = prepared.charged_entries()  # [C], [Bc, C, d], [Bc, C]
         charged = (levels_c != MACRO_LEVEL).to(z.dtype)  # [Bc, C]
@@ -159,10 +162,45 @@ def scalar_output_gradient(
         )
     # through Q~ = U psi: the transported covector y = U^T kappa
     y = apply_in_channels(lines.transpose(-1, -2), kappa)  # [B, k]
-    # through the line, <kappa, U psi>: e_g = <w, T_g psi> with w = U^T kappa = y for the
-    # segmented lines (the pieces' gradients follow from e by the prefixes' adjoint action,
-    # gauge.segmented_group_line_vjp); first order, dU/dh_g = T_g, so w = kappa and the
-    # gradient in h = p + q / 2 is e itself
+    if coefficients is not None:  # through the line, <kappa, U psi> at fixed psi
+        grad_z = _add_line_gradient(grad_z, head, z, psi, kappa, y, coefficients, pieces, prefixes)
+    # through psi: W_Qz, the quadratic term (d lambda/dz = lambda^2 z), and W_Q x
+    jq_u = (y.unsqueeze(1) * vz).reshape(n_batch, rank * k) @ u_mat  # [B, d]
+    jq_v = (y.unsqueeze(1) * uz).reshape(n_batch, rank * k) @ v_mat
+    jq = jq_u + jq_v  # J_Q^T y [B, d]
+    grad_z = grad_z + y @ head.w_qz.weight
+    if cfg.options.christoffel == "poincare":
+        grad_z = grad_z + lam * jq + (y * quad).sum(-1, keepdim=True) * lam.square() * z
+    else:
+        grad_z = grad_z + jq
+    grad_x = y @ head.w_q.weight  # [B, d_query]
+    return phi, grad_z, grad_x, lines
+
+
+def _add_line_gradient(
+    grad_z: Tensor,
+    head: CovariantAttention,
+    z: Tensor,
+    psi: Tensor,
+    kappa: Tensor,
+    y: Tensor,
+    coefficients: tuple[Tensor, Tensor],
+    pieces: Tensor | None,
+    prefixes: Tensor | None,
+) -> Tensor:
+    """grad_z [B, d] plus d/dz of <kappa, U(z) psi> through the Wilson line U at fixed psi.
+    z [B, d]; psi, kappa, y = U^T kappa [B, k]; coefficients (p, q) [B, G] each (geometry.gauge.
+    affine_endpoint_coefficients); pieces, prefixes: the segmented line's (None: first order)."""
+    p_coef, q_coef = coefficients
+    cfg = head.config
+    wilson, segments = cfg.options.wilson, cfg.options.segments
+    gens, group = head.generators, head.group  # [G, r, r]
+    r, n_gen = head.rep_dim, gens.shape[0]
+    c0, c1 = head.connection_c0, head.connection_c1  # [d, G], [d, d, G]
+    n_batch, d = z.shape
+    # e_g = <w, T_g psi> with w = U^T kappa = y for the segmented lines (the pieces' gradients
+    # follow from e by the prefixes' adjoint action, gauge.segmented_group_line_vjp); first
+    # order, dU/dh_g = T_g, so w = kappa and the gradient in h = p + q / 2 is e itself
     w = kappa if wilson == "first_order" else y
     outer = w.reshape(n_batch, r, -1) @ psi.reshape(n_batch, r, -1).transpose(-1, -2)
     e = outer.reshape(n_batch, r * r) @ gens.reshape(n_gen, r * r).T  # [B, G]
@@ -176,15 +214,4 @@ def scalar_output_gradient(
     # dp_g/dz_m = c0[m, g], dq_g/dz_m = sum_n (c1[m, n, g] + c1[n, m, g]) z_n
     c1_sym = (c1 + c1.transpose(0, 1)).reshape(d, d * n_gen)  # [m, (n, g)]
     zq = (z.unsqueeze(-1) * grad_q.unsqueeze(-2)).reshape(n_batch, d * n_gen)  # [B, (n, g)]
-    grad_z = grad_z + grad_p @ c0.T + zq @ c1_sym.T
-    # through psi: W_Qz, the quadratic term (d lambda/dz = lambda^2 z), and W_Q x
-    jq_u = (y.unsqueeze(1) * vz).reshape(n_batch, rank * k) @ u_mat  # [B, d]
-    jq_v = (y.unsqueeze(1) * uz).reshape(n_batch, rank * k) @ v_mat
-    jq = jq_u + jq_v  # J_Q^T y [B, d]
-    grad_z = grad_z + y @ head.w_qz.weight
-    if cfg.options.christoffel == "poincare":
-        grad_z = grad_z + lam * jq + (y * quad).sum(-1, keepdim=True) * lam.square() * z
-    else:
-        grad_z = grad_z + jq
-    grad_x = y @ head.w_q.weight  # [B, d_query]
-    return phi, grad_z, grad_x, lines
+    return grad_z + grad_p @ c0.T + zq @ c1_sym.T

@@ -8,8 +8,9 @@ picked once when the head is built (as x-transformers' ``Attend`` picks its atte
     krr               alpha = K(Q~, K~) (K(K~, K~) + lam I)^-1                seed 001 §3
 
 Screening (sigma A_j on colour-charged entries, Def 286) applies to the two normalised kernels
-only: KRR's weights are not a distribution. docs/seed_map.md, section "Covariant attention
-head, screening, diagnostics 67-70", row "attention kernels of the heads".
+only (and not at all with HeadOptions.screening off): KRR's weights are not a distribution.
+docs/seed_map.md, section "Covariant attention head, screening, diagnostics 67-70", row
+"attention kernels of the heads".
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def _screened_softmax(
     mask: Tensor | None,
 ) -> Tensor:
     """softmax(l - sigma(level(z)) A(z, z') [z' colour-charged]) over the valid entries
-    (Def 286 as a log-space identity); macro entries are exempt from screening. [B, Q, N]."""
+    (Def 286 as a log-space identity); macro entries are exempt from screening; a head with
+    screening off (HeadOptions.screening, an ablation) takes softmax(l). [B, Q, N]."""
     screened = logits
-    if prepared.charged:
+    if prepared.charged and head.config.options.screening:
         cols, pos_c, levels_c = prepared.charged_entries()  # screen only these
         penalty = head.screening_penalty(z, pos_c, levels, levels_c)  # [B, Q, C]
         screened = logits.index_add(-1, cols, -penalty)

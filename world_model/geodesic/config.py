@@ -87,7 +87,8 @@ class IntegratorConfig:
     thermostat_temperature: float = 1e-3
     """T_c of the OU step (fixed); noise only in training rollouts"""
     learned_thermostat: bool = False
-    """add the optional learned thermostat head (residual from a fresh noise bank)"""
+    """add the optional learned thermostat head (residual from a fresh noise bank, trained
+    rollouts only); False: the exact OU step alone (`agent.train --thermostat exact|learned`)"""
     confinement: float = 0.1
     """initial kappa of the known confining force -kappa grad d_H(0, z)^2 / 2 (learned, >= 0)"""
     potential_wells: int = 0
@@ -147,11 +148,12 @@ class ContextConfig:
     """spread of the prototypes' initial positions (see PrototypeConfig)"""
     value_gradient: bool = True
     """feed grad_z V (the agent's value estimate at the rollout's root) to the chiral projector
-    (seed 003 Def 285); False: no projector, no chiral gate"""
+    (seed 003 Def 285); False: no projector, no chiral gate, kappa never trained (the chirality
+    switch, `agent.train --chirality on|off`)"""
     memory: str = "none"
     """HIDA episodic memory (world_model/memory/episodic.py): the kick reads this episode's
-    empirical residual forces with the operator 'dense', 'fp', 'l' or 'c' (seed 000 M1-M4);
-    'none': no memory"""
+    empirical residual forces with the operator 'dense', 'fp', 'l' or 'c' (seed 000 M1-M4;
+    'dense' measured best: docs/measurements.md); 'none': no memory"""
     memory_capacity: int = 64
     """entries per memory: the last transitions of the episode before a rollout's root"""
     memory_anchors: int = 16

@@ -148,7 +148,10 @@ class GeodesicDynamics(Dynamics):
         estimate `value_fn` (seed 003 Def 285: n = P grad V); the direction is an input to the
         heads, computed once per rollout and not trained through. A root of batch 1 (a plan's)
         gets its position terms computed here, once, and stored in its carry (`state.carry`),
-        shared by every sample it is expanded to."""
+        shared by every sample it is expanded to. With context.value_gradient off (chirality
+        off) neither is read: no projector, no chiral gate."""
+        if not self.uses_value_gradient:
+            value_grad = value_fn = None
         if value_grad is None and value_fn is not None:
             value_grad = self._value_gradient(state, value_fn)
         context = build_context(
