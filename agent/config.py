@@ -95,6 +95,9 @@ class TrainConfig:
     """log losses, planner and perf scalars every this many env steps"""
     diagnostics_every: int = 1000
     """run the dynamics' diagnostics every this many updates (and at the end of every run)"""
+    figures: bool = True
+    """at the end of a run of a geodesic world model, add agent.diagnose's figures to
+    TensorBoard under figures/ (a few seconds; agent/figures.py)"""
     buffer_capacity: int = 1_000_000
     """replay buffer size (transitions); the oldest are overwritten beyond it"""
     num_envs: int = 1

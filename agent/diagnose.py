@@ -1,7 +1,9 @@
-"""`python -m agent.diagnose RUN_DIR [--states N] [--json]`: the geometric health of a trained run.
+"""`python -m agent.diagnose RUN_DIR [--states N] [--json] [--figures DIR]`: the geometric health
+of a trained run.
 
     python -m agent.diagnose runs/Pendulum-v1__geodesic__1__1760000000
     python -m agent.diagnose runs/Pendulum-v1__geodesic__1__1760000000 --states 128 --json
+    python -m agent.diagnose runs/Pendulum-v1__geodesic__1__1760000000 --figures figs/
 
 Loads the run's checkpoint (as `agent.evaluate` does) and draws N states from its saved replay
 buffer, with the history window the dynamics reads (none when the buffer is empty: the queries
@@ -21,9 +23,15 @@ loss at each predicted step of the training horizon, open loop from N buffer sta
 target encoder of the true observations, without the dynamics' noise (how far the latent
 dynamics drifts from the encoder over a rollout; each model in its own latent units).
 
+`--figures DIR` also writes the figures of agent/figures.py into DIR as PNG files (latent
+trajectories on the Poincare disk, node 68's measured temperature against |z|, node 67 against
+the Wilson-line mode and segments, attention per head, texture leakage by level, chiral
+commitment along an episode, nodes 67-70 over training) and lists the files written.
+
 A world model without geometric diagnostics (the GRU) gets one line saying so, the latent fit
-and the evaluation history. `--json` prints the same as one JSON object. A missing or corrupt
-run folder or checkpoint: one line on stderr, exit 2.
+and the evaluation history (and with `--figures`, one line saying it has no Poincare latent to
+draw). `--json` prints the same as one JSON object. A missing or corrupt run folder or
+checkpoint: one line on stderr, exit 2; a figure folder that cannot be written: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -31,14 +39,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agent.checkpoint import CheckpointError
 from agent.cli import OneLineParser, out_of_range
 from agent.config import ConfigError, check_device
-from agent.inspection import diagnose
-from agent.inspection_format import format_report
+from agent.inspection import load_run, report
+from agent.inspection_format import format_figures, format_report
 from agent.runs import RunError
 from envs import EnvError
+
+if TYPE_CHECKING:
+    from agent.agent import Agent
 
 __all__ = ["build_parser", "main"]
 
@@ -63,12 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
+        "--figures",
+        default=None,
+        metavar="DIR",
+        help="also write the figures (PNG) into DIR and list them (geodesic runs)",
+    )
+    parser.add_argument(
         "--device",
         default=None,
         metavar="DEVICE",
         help="auto, cpu, cuda or cuda:N (default: the run's)",
     )
     return parser
+
+
+def _figures(agent: Agent, run_dir: Path, folder: str) -> dict[str, Any]:
+    """agent/figures.py's figures written into `folder`: {dir, files, notes}."""
+    from agent.figures import write_figures  # matplotlib only when asked for
+
+    files, notes, _, _ = write_figures(agent, run_dir, folder)
+    return {"dir": folder, "files": [str(f) for f in files], "notes": notes}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,11 +107,26 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.device is not None:
             check_device(args.device)
-        report = diagnose(args.run, args.states, args.device)
+        agent, run_dir = load_run(args.run, args.device)
+        try:
+            result = report(agent, run_dir, args.run, args.states)
+            if args.figures is not None:
+                try:
+                    result["figures"] = _figures(agent, run_dir, args.figures)
+                except OSError as err:  # not writable, a file in the way, a full disk
+                    print(f"{PROG}: error: --figures: {err}", file=sys.stderr)
+                    return 1
+        finally:
+            agent.env.close()
     except (RunError, CheckpointError, ConfigError, EnvError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_report(result))
+        if "figures" in result:
+            print("\n".join(format_figures(result["figures"])))
     return 0
 
 

@@ -11,14 +11,13 @@ history. States are drawn from the run's saved replay buffer with a generator of
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agent.agent import Agent
+from agent.run_records import finite_or_none, read_events, sample_batch
 from agent.runs import checkpoint_path
 from world_model.diagnostics import NodeReport
 
@@ -28,8 +27,7 @@ __all__ = [
     "geometric_diagnostics",
     "latent_fit",
     "load_run",
-    "read_events",
-    "sample_batch",
+    "report",
 ]
 
 NODES = (67, 68, 69, 70)
@@ -53,7 +51,6 @@ NODE_SCALARS = {
     "node70_texture_leakage",
 }
 DISTRIBUTIONS = {"z_norm": "|z|", "tau": "tau(z)"}
-EVAL_TAGS = ("eval/mean_return", "eval/std_return")
 
 
 def load_run(path: str | Path, device: str | None = None) -> tuple[Agent, Path]:
@@ -61,20 +58,6 @@ def load_run(path: str | Path, device: str | None = None) -> tuple[Agent, Path]:
     path = Path(path)
     agent = Agent.load(checkpoint_path(path), device=device)
     return agent, path if path.is_dir() else path.parent
-
-
-def sample_batch(agent: Agent, states: int, horizon: int = 1) -> Any:
-    """`states` start states from the replay buffer with the dynamics' history window and the
-    next `horizon` steps, drawn with a generator of their own (the run's saved sampling stream
-    is left alone); None when the buffer is empty."""
-    buffer = agent.buffer
-    if buffer.size < 1:
-        return None
-    saved, buffer.rng = buffer.rng, np.random.default_rng(agent.config.train.seed + 4)
-    try:
-        return agent.sample_batch(states, horizon)
-    finally:
-        buffer.rng = saved
 
 
 @torch.no_grad()
@@ -103,19 +86,15 @@ def latent_fit(agent: Agent, states: int) -> dict[str, Any] | None:
     return {"horizon": horizon, "states": int(batch.obs.shape[1]), "consistency": losses}
 
 
-def _finite_or_none(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
 def _node_dict(report: NodeReport) -> dict[str, Any]:
     return {
         "node": report.node,
         "name": report.name,
-        "value": _finite_or_none(report.value),
+        "value": finite_or_none(report.value),
         "threshold": report.threshold,
         "passed": report.passed,
         "warning": report.warning,
-        "extra": {k: _finite_or_none(v) for k, v in report.extra.items()},
+        "extra": {k: finite_or_none(v) for k, v in report.extra.items()},
     }
 
 
@@ -144,53 +123,16 @@ def geometric_diagnostics(agent: Agent, batch: Any, states: int) -> dict[str, An
         "nodes_not_run": {
             str(n): NODE_NOT_RUN.get(n, "not applicable") for n in NODES if n not in present
         },
-        "scalars": {k: _finite_or_none(v) for k, v in scalars.items() if k not in NODE_SCALARS},
+        "scalars": {k: finite_or_none(v) for k, v in scalars.items() if k not in NODE_SCALARS},
         "distributions": {key: _spread(values) for key, values in histograms.items()},
     }
 
 
-def read_events(run_dir: Path) -> dict[str, Any]:
-    """From the run's TensorBoard events: each diagnostics/* scalar's first and last (step,
-    value), and the evaluation history [(step, mean, std)]."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    if not any(run_dir.glob("events.out.tfevents.*")):
-        return {"error": f"no TensorBoard events in {str(run_dir)!r}", "trends": {}, "eval": []}
-    try:
-        events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0}).Reload()
-        tags = events.Tags()["scalars"]
-        series = {tag: events.Scalars(tag) for tag in tags}
-    except Exception as err:  # a damaged event file raises whatever its reader hits
-        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return {
-            "error": f"TensorBoard events unreadable ({detail[:160]})",
-            "trends": {},
-            "eval": [],
-        }
-    trends = {
-        tag.removeprefix("diagnostics/"): {
-            "first_step": values[0].step,
-            "first": _finite_or_none(values[0].value),
-            "last_step": values[-1].step,
-            "last": _finite_or_none(values[-1].value),
-        }
-        for tag, values in sorted(series.items())
-        if tag.startswith("diagnostics/") and values
-    }
-    stds = {e.step: e.value for e in series.get(EVAL_TAGS[1], [])}
-    history = [
-        {"step": e.step, "mean": _finite_or_none(e.value), "std": stds.get(e.step)}
-        for e in series.get(EVAL_TAGS[0], [])
-    ]
-    return {"error": None, "trends": trends, "eval": history}
-
-
-def diagnose(path: str | Path, states: int = 64, device: str | None = None) -> dict[str, Any]:
-    """The whole report as a JSON-ready dict (see the module docstring)."""
-    agent, run_dir = load_run(path, device)
+def report(agent: Agent, run_dir: Path, path: str | Path, states: int = 64) -> dict[str, Any]:
+    """The whole report of a loaded agent as a JSON-ready dict (see the module docstring)."""
     batch = sample_batch(agent, states)
     tc = agent.config.train
-    report = {
+    return {
         "run": str(path),
         "env_id": tc.env_id,
         "world_model": tc.world_model,
@@ -200,5 +142,12 @@ def diagnose(path: str | Path, states: int = 64, device: str | None = None) -> d
         "latent_fit": latent_fit(agent, states),
         **read_events(run_dir),
     }
-    agent.env.close()
-    return report
+
+
+def diagnose(path: str | Path, states: int = 64, device: str | None = None) -> dict[str, Any]:
+    """The whole report of the run at `path` as a JSON-ready dict (see the module docstring)."""
+    agent, run_dir = load_run(path, device)
+    try:
+        return report(agent, run_dir, path, states)
+    finally:
+        agent.env.close()

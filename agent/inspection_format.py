@@ -7,7 +7,7 @@ from typing import Any
 from agent.cli import markdown_table
 from agent.inspection import DISTRIBUTIONS, SCALAR_LABELS
 
-__all__ = ["format_report"]
+__all__ = ["format_figures", "format_report"]
 
 
 def _num(value: float | None) -> str:
@@ -100,3 +100,13 @@ def format_report(report: dict[str, Any]) -> str:
     lines += _latent_fit_lines(report["latent_fit"])
     lines += _events_lines(report)
     return "\n".join(lines)
+
+
+def format_figures(figures: dict[str, Any]) -> list[str]:
+    """The files `--figures` wrote, one per line, and why any figure is missing."""
+    lines = [""]
+    if figures["files"]:
+        lines.append(f"figures written to {figures['dir']}:")
+        lines += [f"  {path}" for path in figures["files"]]
+    lines += [f"figures: {note}" for note in figures["notes"]]
+    return lines

@@ -7,14 +7,16 @@ truncated in the replay buffer and the resumed run starts a new episode from the
 generator: a valid continuation, not a bitwise-identical one.
 
 TensorBoard tags: charts/ (episodes), losses/ (world model and policy), planner/, eval/,
-perf/, diagnostics/ (the dynamics' own); global step = env steps. A resumed writer purges
-events logged after the checkpoint (purge_step) so the curves continue without a fold.
+perf/, diagnostics/ (the dynamics' own), figures/ (agent/figures.py, at the end of a geodesic
+run); global step = env steps. A resumed writer purges events logged after the checkpoint
+(purge_step) so the curves continue without a fold.
 """
 
 from __future__ import annotations
 
 import math
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -197,6 +199,8 @@ class Trainer:
                 self.needs_reset = True
             self.save()
         self.log_diagnostics()  # once at the end of every run, however short
+        if status != "interrupted":  # Ctrl-C: out at once
+            self.log_figures()
         if self.writer is not None:
             self.writer.flush()
         return status
@@ -275,6 +279,28 @@ class Trainer:
                 self.writer.add_scalar(f"diagnostics/{key}", float(value), step)
             for key, value in histograms.items():
                 self.writer.add_histogram(f"diagnostics/{key}", value, step)
+
+    def log_figures(self) -> None:
+        """agent/figures.py's figures under figures/ in TensorBoard, at the end of a run: for a
+        dynamics with geometric diagnostics (the geodesic model), on the rank that writes. The
+        run is saved before; a figure that fails costs one warning line on stderr, never the
+        run, and nothing here draws from the run's random streams."""
+        geometric = hasattr(self.agent.model.dynamics, "node_reports")  # as agent.diagnose
+        wanted = self.agent.config.train.figures and geometric
+        if not self.writes or self.writer is None or not wanted:  # rank > 0: no writer
+            return
+        try:
+            from agent.figures import add_to_tensorboard  # matplotlib only here
+
+            self.writer.flush()  # the events the figure of nodes 67-70 over training reads
+            add_to_tensorboard(self.agent, self.writer, self.agent.num_timesteps, self.run_dir)
+        except Exception as err:  # plotting must never lose a trained run
+            detail = " ".join(str(err).split())[:200] or "no message"
+            print(
+                f"warning: end-of-run figures not added to TensorBoard "
+                f"({type(err).__name__}: {detail})",
+                file=sys.stderr,
+            )
 
     def _last_out_of_range(self) -> str:
         """The last diagnostics' nodes out of range, for a divergence's message."""

@@ -27,7 +27,7 @@ The true system's row is the same statistics of a second, independent true-syste
 floor that finite samples leave. Energy drift in deterministic conservative rollouts is not a
 comparison here: the learned residual is scaled by c2 lambda(z), zero when the thermostat is.
 
-    python benchmarks/thermostat_ablation.py                  # 3 seeds (resumable: --out)
+    python benchmarks/thermostat_ablation.py                  # 3 seeds, ~1 h (resumable: --out)
     python benchmarks/thermostat_ablation.py --quick          # 1 seed, short training
 
 Per-seed results are saved in --out as they finish; a rerun skips the seeds already there.
@@ -243,7 +243,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=800)
-    parser.add_argument("--horizon", type=int, default=50)
+    parser.add_argument(
+        "--horizon", type=int, default=20, help="training rollout horizon (world_model_disk: 50)"
+    )
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--starts", type=int, default=256)
     parser.add_argument("--burn", type=int, default=300, help="steps before sampling")

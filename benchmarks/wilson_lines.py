@@ -24,7 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.inspection import geometric_diagnostics, load_run, sample_batch  # noqa: E402
+from agent.inspection import geometric_diagnostics, load_run  # noqa: E402
+from agent.run_records import sample_batch  # noqa: E402
 from benchmarks.agent_step_cost import plan_calls, time_calls  # noqa: E402
 from world_model.attention.covariant import CovariantAttention  # noqa: E402
 

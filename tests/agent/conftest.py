@@ -18,6 +18,7 @@ TINY = {
         "checkpoint_every": 100,
         "log_every": 50,
         "diagnostics_every": 40,
+        "figures": False,  # the end-of-run figures cost seconds; tests/agent/test_figures.py
         "progress": False,
         "device": "cpu",
     },

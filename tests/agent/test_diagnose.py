@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent import diagnose, inspection
+from agent import diagnose, inspection, run_records
 from agent.agent import Agent
 from agent.config import RunConfig
 from agent.runs import CHECKPOINT_NAME
@@ -112,7 +112,7 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
 
     agent = Agent.load(geodesic_run / CHECKPOINT_NAME)  # the same reports, computed here
     agent.model.eval()
-    batch = inspection.sample_batch(agent, 32)
+    batch = run_records.sample_batch(agent, 32)
     assert batch.history_obs.shape[0] == agent.model.history_length == 4
     expected, _ = agent.model.dynamics.node_reports(
         batch, value_fn=agent.model.value, max_states=32
@@ -154,7 +154,7 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
     fit = report["latent_fit"]
     horizon = agent.config.loss.horizon
     assert fit["horizon"] == horizon == len(fit["consistency"]) and fit["states"] == 32
-    batch = inspection.sample_batch(agent, 32, horizon)
+    batch = run_records.sample_batch(agent, 32, horizon)
     model = agent.model
     with torch.no_grad():
         state = model.encode(batch.obs[0])
