@@ -475,12 +475,7 @@ class Agent:
         sections to change, e.g. train={"steps": 20_000}. A data-parallel run's replay buffer
         holds all W K copies' streams: loaded in one process, the agent has W K copies."""
         state = load_checkpoint(path, required=("config", "agent"))
-        buffer = state["agent"].get("buffer") if isinstance(state["agent"], dict) else None
-        streams = buffer.get("streams", 1) if isinstance(buffer, dict) else None
-        train = overrides.get("train", {})
-        configured = state["config"].get("train", {}).get("num_envs", 1)
-        if streams is not None and "num_envs" not in train and streams != configured:
-            overrides = {**overrides, "train": {**train, "num_envs": streams}}
+        overrides = _with_copies(state, overrides, saved_copies(state))
         return cls._from_state(state, path, env, device, overrides)
 
     @classmethod
@@ -537,17 +532,35 @@ class Agent:
         them, K' = W K / W' per rank (agent/distributed.py)."""
         path = Path(run_dir) / CHECKPOINT_NAME
         state = load_checkpoint(path, required=("config", "agent", "loop", "rng"))
-        saved = state["rng"]["env"]
-        copies = len(saved) if isinstance(saved, list) else 1
+        copies = saved_copies(state)
         world = 1 if dist is None else dist.world_size
         if copies % world:
             raise ConfigError(
                 f"{run_dir}: the run has {copies} env copies; it resumes on a number of ranks "
                 f"that divides them, not {world}"
             )
-        overrides = dict(overrides or {})
-        if copies // world != state["config"].get("train", {}).get("num_envs", 1):
-            overrides["train"] = {**overrides.get("train", {}), "num_envs": copies // world}
+        overrides = _with_copies(state, dict(overrides or {}), copies // world)
         agent = cls._from_state(state, path, None, device, overrides, dist)
         agent._trainer = trainer_cls.restore(agent, run_dir, state, progress=progress)
         return agent._trainer
+
+
+def saved_copies(state: dict[str, Any]) -> int:
+    """The env copies a checkpoint's run collected from, over all its ranks (W K): its replay
+    buffer's streams (every rank held all of them), else its saved env generators, else 1."""
+    agent = state.get("agent")
+    buffer = agent.get("buffer") if isinstance(agent, dict) else None
+    if isinstance(buffer, dict) and "streams" in buffer:
+        return int(buffer["streams"])
+    envs = state.get("rng", {}).get("env") if isinstance(state.get("rng"), dict) else None
+    return len(envs) if isinstance(envs, list) else 1
+
+
+def _with_copies(state: dict[str, Any], overrides: dict[str, Any], per_process: int) -> dict:
+    """`overrides` with train.num_envs = per_process where the saved config says otherwise
+    (a data-parallel run loaded in fewer processes), unless the overrides set it already."""
+    train = overrides.get("train", {})
+    configured = state["config"].get("train", {}).get("num_envs", 1)
+    if "num_envs" in train or per_process == configured:
+        return overrides
+    return {**overrides, "train": {**train, "num_envs": per_process}}

@@ -47,7 +47,7 @@ def _start(
     args: argparse.Namespace, argv: list[str], dist: DistContext | None
 ) -> tuple[Trainer, Path]:
     if args.resume is not None:
-        fixed = [*(f for f in ALIASES if f not in ("steps", "device", "num_envs")), "config"]
+        fixed = [*(f for f in ALIASES if f not in ("steps", "device")), "config"]
         given = [f"--{f.replace('_', '-')}" for f in fixed if getattr(args, f) is not None]
         given += [f"--{section}.*" for section in config_overrides(args)]
         if given:

@@ -205,6 +205,7 @@ def _bad_cases(tmp_path: Path) -> list[tuple[list[str], str]]:
         (["--resume", str(corrupt)], "corrupt or unreadable"),
         (["--resume", str(tmp_path / "nowhere")], "no checkpoint"),
         (["--resume", str(corrupt), "--env", "Pendulum-v1"], "cannot be given with it"),
+        (["--resume", str(corrupt), "--num-envs", "2"], "--num-envs cannot be given with it"),
         (["--device", "tpu"], "train.device"),
     ]
     if not torch.cuda.is_available():
