@@ -26,6 +26,7 @@ read-out alone; the disk's own potential is a sum of such wells, see the README)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -88,38 +89,55 @@ GRU_LRS = (3e-3, 1e-2)
 PRESETS = ("default", "conservative")
 
 
+def geodesic_config(
+    conservative: bool = False, wells: int = POTENTIAL_WELLS, integrator: dict | None = None
+) -> GeodesicConfig:
+    """The geodesic model of this benchmark (build's arguments)."""
+    # the latent state is the observed (z, p) on the disk (as in the feasibility study); the
+    # integrator's step is the env's dt; the exact geodesic flow without drift correction
+    return GeodesicConfig(
+        latent_dim=2,
+        encoder="identity",
+        head=GeodesicHeadOptions(d_k=8, kernel=ATTENTION),
+        integrator=IntegratorConfig(
+            dt=make_config("default").dt,
+            drift_correction=False,
+            potential_wells=wells,
+            **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
+            **(integrator or {}),
+        ),
+        context=ContextConfig(prototypes=64, feature_dim=16),
+    )
+
+
+def overridden(config, table: dict):
+    """A dataclass config with a nested table of field overrides applied (sections as dicts),
+    each level validated again by its __post_init__."""
+    changes = {
+        key: overridden(getattr(config, key), value) if isinstance(value, dict) else value
+        for key, value in table.items()
+    }
+    return dataclasses.replace(config, **changes)
+
+
 def build(
     kind: str,
     params_target: int | None = None,
     conservative: bool = False,
     wells: int = POTENTIAL_WELLS,
     integrator: dict | None = None,
+    dynamics: dict | None = None,
 ) -> WorldModel:
     """conservative: the geodesic model's O-step off (friction 0, which relu keeps at 0, and no
     thermostat noise), the prior a user sets for a system known to conserve energy. wells: the
     geodesic model's learned potential wells. integrator: more IntegratorConfig fields of the
-    geodesic model (benchmarks/thermostat_ablation.py: its thermostat)."""
+    geodesic model (benchmarks/thermostat_ablation.py: its thermostat). dynamics: overrides of
+    the geodesic config by section, as agent.compare's ablations give them ({"head":
+    {"screening": False}}; benchmarks/ablation_disk.py)."""
     heads = WorldModelConfig(hidden_dim=64, hidden_layers=1)
     if kind == "geodesic":
-        # the latent state is the observed (z, p) on the disk (as in the feasibility study); the
-        # integrator's step is the env's dt; the exact geodesic flow without drift correction
-        dyn = GeodesicDynamics(
-            4,
-            2,
-            GeodesicConfig(
-                latent_dim=2,
-                encoder="identity",
-                head=GeodesicHeadOptions(d_k=8, kernel=ATTENTION),
-                integrator=IntegratorConfig(
-                    dt=make_config("default").dt,
-                    drift_correction=False,
-                    potential_wells=wells,
-                    **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
-                    **(integrator or {}),
-                ),
-                context=ContextConfig(prototypes=64, feature_dim=16),
-            ),
-        )
+        config = geodesic_config(conservative, wells, integrator)
+        dyn = GeodesicDynamics(4, 2, config if dynamics is None else overridden(config, dynamics))
     else:
         width = 16
         while True:  # the GRU width that matches the geodesic model's parameter count
