@@ -18,13 +18,12 @@ import torch
 from geometry import poincare
 from geometry.doublet import masked_softmax
 from tests.world_model.test_covariant import (
-    _potential_head,
     make_bank,
     make_head,
     make_queries,
 )
 from tests.world_model.test_geodesic import small
-from world_model.attention.covariant import CovariantQueries, HeadOptions
+from world_model.attention.covariant import HeadOptions
 from world_model.geodesic import GeodesicState
 
 # --------------------------------------------------------------------------- one head
@@ -82,36 +81,6 @@ def test_screening_is_a_validated_switch():
     with pytest.raises(ValueError, match="wilson must be one of"):
         HeadOptions(wilson="off")
     assert HeadOptions().screening is True and HeadOptions().wilson == "magnus4"
-
-
-@pytest.mark.parametrize("wilson, screening", [("none", True), ("magnus4", False)])
-def test_closed_form_kick_gradient_follows_the_switches(wilson, screening):
-    """scalar_output_gradient (the kick's force in training) equals autograd's gradient of the
-    head's output with Wilson lines off or screening off, the chiral gate on and off, and so do
-    the parameter gradients of a loss on it (what training differentiates)."""
-    head = _potential_head(wilson=wilson, screening=screening)
-    assert head.has_closed_form_gradient()
-    bank = make_bank(b=1, n=7)
-    q = make_queries(b=4, q=1, velocity=False, levels=False)
-    z, x, vg = q.positions[:, 0], q.features[:, 0], q.value_grad[:, 0]
-    for value_grad in (None, vg):
-        zr, xr = z.clone().requires_grad_(True), x.clone().requires_grad_(True)
-        queries = CovariantQueries(zr, xr, value_grad=value_grad)
-        ref, _ = head(queries, head.prepare(bank))
-        gz, gx = torch.autograd.grad(ref.sum(), (zr, xr), create_graph=True)
-        phi, cz, cx, lines = head.scalar_output_gradient(queries, head.prepare(bank))
-        torch.testing.assert_close(phi, ref, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(cz, gz, rtol=1e-9, atol=1e-11)
-        torch.testing.assert_close(cx, gx, rtol=1e-9, atol=1e-11)
-        torch.testing.assert_close(lines, head.lines_to_origin(z), rtol=0, atol=1e-12)
-        params = list(head.parameters())
-        want = torch.autograd.grad(gz.square().sum(), params, allow_unused=True)
-        got = torch.autograd.grad(cz.square().sum(), params, allow_unused=True)
-        for w, g in zip(want, got, strict=True):
-            if w is None or g is None:  # unused (the connection without Wilson lines)
-                assert all(t is None or not t.abs().max() > 0 for t in (w, g))
-            else:
-                torch.testing.assert_close(g, w, rtol=1e-8, atol=1e-10)
 
 
 # --------------------------------------------------------------------------- the geodesic model

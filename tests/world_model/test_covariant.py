@@ -618,21 +618,26 @@ def _potential_head(**overrides) -> CovariantAttention:
 
 
 @pytest.mark.parametrize(
-    "wilson, segments",
-    [("exp", 1), ("first_order", 1), ("path_ordered", 3), ("magnus4", 1), ("magnus4", 3)],
+    "wilson, segments, screening",
+    [("exp", 1, True), ("first_order", 1, True), ("path_ordered", 3, True), ("magnus4", 1, True)]
+    + [("magnus4", 3, True), ("none", 1, True), ("magnus4", 3, False)],  # the last two: ablations
 )
 @pytest.mark.parametrize("christoffel", ["factorized", "poincare"])
 @pytest.mark.parametrize("temperature", ["metric", "constant"])
 @pytest.mark.parametrize("shared_bank", [True, False])
 def test_closed_form_potential_gradient_equals_autograd(
-    wilson, segments, christoffel, temperature, shared_bank
+    wilson, segments, screening, christoffel, temperature, shared_bank
 ):
     """scalar_output_gradient: Phi equals the head's output, and dPhi/dz, dPhi/dx equal
     autograd's, with the chiral gate on and off, masked and colour-charged entries, a shared
     (Bc = 1) or per-query bank; and with create_graph, the parameter gradients of a loss on
     the gradient equal autograd's double backward (what training differentiates)."""
     head = _potential_head(
-        wilson=wilson, segments=segments, christoffel=christoffel, temperature=temperature
+        wilson=wilson,
+        segments=segments,
+        screening=screening,
+        christoffel=christoffel,
+        temperature=temperature,
     )
     bank = make_bank(b=1 if shared_bank else 4, n=7)
     assert head.has_closed_form_gradient()
