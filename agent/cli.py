@@ -17,11 +17,13 @@ import dataclasses
 import types
 import typing
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 from agent.config import INT_MAX, ConfigError, field_docs
 
 __all__ = [
+    "folder_problem",
     "OneLineParser",
     "PATH_METAVARS",
     "add_config_flags",
@@ -80,6 +82,20 @@ def nonempty(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty path (use . for this folder)")
     return text
+
+
+def folder_problem(flag: str, folder: str) -> str | None:
+    """Why an output folder given to `flag` cannot be made or used: a file there, or a file in
+    the way on its path; None when it can (it may exist as a folder or not exist yet)."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        return f"{flag} {folder!r} is a file, not a folder"
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{flag} {folder!r}: {str(parent)!r} is a file (a file is in the way)"
+            break
+    return None
 
 
 def out_of_range(flag: str, value: int | None, minimum: int) -> str | None:

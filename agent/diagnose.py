@@ -31,7 +31,8 @@ commitment along an episode, nodes 67-70 over training) and lists the files writ
 A world model without geometric diagnostics (the GRU) gets one line saying so, the latent fit
 and the evaluation history (and with `--figures`, one line saying it has no Poincare latent to
 draw). `--json` prints the same as one JSON object. A missing or corrupt run folder or
-checkpoint: one line on stderr, exit 2; a figure folder that cannot be written: one line, exit 1.
+checkpoint, or a --figures path with a file in the way: one line on stderr, exit 2; a figure
+folder that cannot be written (permissions, a full disk): one line, exit 1.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.checkpoint import CheckpointError
-from agent.cli import OneLineParser, out_of_range
+from agent.cli import OneLineParser, folder_problem, out_of_range
 from agent.config import ConfigError, check_device
 from agent.inspection import load_run, report
 from agent.inspection_format import format_figures, format_report
@@ -101,6 +102,8 @@ def _figures(agent: Agent, run_dir: Path, folder: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = out_of_range("--states", args.states, 1)
+    if problem is None and args.figures is not None:
+        problem = folder_problem("--figures", args.figures)
     if problem:
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2

@@ -188,8 +188,9 @@ def test_diagnose_writes_every_figure_small_and_lists_them(metric_run, tmp_path,
     blocked.write_text("")
     argv = [str(run_dir), "--states", "16", "--figures", str(blocked / "figs")]
     code, err, stdout = call_main(diagnose.main, argv, capsys)
-    assert code == 1 and stdout == ""
-    assert len(err) == 1 and err[0].startswith("python -m agent.diagnose: error: --figures: ")
+    assert code == 2 and stdout == ""  # bad input, refused before the run is loaded
+    assert len(err) == 1 and err[0].startswith("python -m agent.diagnose: error: --figures ")
+    assert "a file is in the way" in err[0]
 
 
 def test_a_gru_run_says_so_in_one_line_and_draws_nothing(tmp_path, capsys):
