@@ -153,9 +153,10 @@ def init_from_env(device: str) -> DistContext | None:
     if not dist.is_available():
         raise RuntimeError("this torch build has no torch.distributed")
     rank = int(os.environ["RANK"])
-    cuda = rank_device(device).startswith("cuda")
+    local = rank_device(device)
+    cuda = local.startswith("cuda")
     if cuda:
-        torch.cuda.set_device(rank_device(device))
+        torch.cuda.set_device(local)
     if not dist.is_initialized():
         dist.init_process_group(
             "nccl" if cuda else "gloo",

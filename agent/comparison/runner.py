@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from agent.agent import Agent
 from agent.checkpoint import replace_atomically
+from agent.cli import folder_problem
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.prediction import EpisodeRecorder, open_loop_error
 from agent.comparison.report import count, plot_learning_curves, plot_prediction_error
@@ -397,8 +398,9 @@ def output_dir(out: str | None, env_id: str) -> Path:
         path = Path(out)
         if (path / "results.json").exists():
             raise ConfigError(f"--out {out!r} already holds a comparison; choose another folder")
-        if path.exists() and not path.is_dir():
-            raise ConfigError(f"--out {out!r} is a file, not a folder")
+        problem = folder_problem("--out", out)
+        if problem:
+            raise ConfigError(problem)
         path.mkdir(parents=True, exist_ok=True)
         return path
     return fresh_dir(Path("runs") / f"compare__{env_id.replace('/', '-')}__{int(time.time())}")
