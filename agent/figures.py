@@ -42,6 +42,7 @@ from agent.figures_data import (
     WilsonData,
     collect,
 )
+from world_model.diagnostics import reports_nodes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -349,7 +350,7 @@ def write_figures(
     """The figures as PNG files in out_dir (created): (files written, notes on what was not
     drawn, the data, the plotted figures). A world model without a Poincare latent (the GRU)
     writes nothing and says so in one note."""
-    if not hasattr(agent.model.dynamics, "node_reports"):  # as collect decides
+    if not reports_nodes(agent.model.dynamics):  # as collect decides, before the folder is made
         return [], [_no_latent_note(agent)], None, []
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)  # before the work: a folder that cannot be, fails

@@ -63,7 +63,7 @@ from geometry import gauge, poincare
 from geometry.doublet import chiral_gate, realified_to_doublet
 from world_model.attention.context import MACRO_LEVEL, ContextBank
 from world_model.attention.covariant import AttentionRecord, CovariantAttention, CovariantQueries
-from world_model.diagnostics import gauge_invariance_check
+from world_model.diagnostics import gauge_invariance_check, reports_nodes
 from world_model.geodesic.reports import NODE_NAMES
 
 if TYPE_CHECKING:
@@ -449,7 +449,7 @@ def collect(
     as agent.diagnose draws its states); `run_dir`: where the TensorBoard events are (None:
     no training series)."""
     dyn = agent.model.dynamics
-    if not hasattr(dyn, "node_reports"):
+    if not reports_nodes(dyn):
         return None
     tc = agent.config.train
     data = FigureData(f"{tc.env_id}, {tc.world_model}, step {agent.num_timesteps}")

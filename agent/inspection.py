@@ -19,7 +19,7 @@ import torch
 from agent.agent import Agent
 from agent.run_records import finite_or_none, read_events, sample_batch
 from agent.runs import checkpoint_path
-from world_model.diagnostics import NodeReport
+from world_model.diagnostics import NodeReport, reports_nodes
 
 __all__ = [
     "NODES",
@@ -111,7 +111,7 @@ def geometric_diagnostics(agent: Agent, batch: Any, states: int) -> dict[str, An
     """Nodes 67-70, the diagnostics/ scalars and the |z|, tau(z) spreads; None for a dynamics
     without node reports."""
     dynamics = agent.model.dynamics
-    if not hasattr(dynamics, "node_reports"):
+    if not reports_nodes(dynamics):
         return None
     value_fn = agent.model.value if dynamics.uses_value_gradient else None
     agent.model.eval()

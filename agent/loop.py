@@ -39,6 +39,7 @@ from agent.distributed import ShardedCollection
 from agent.episodes import run_episodes
 from agent.guard import NonFiniteError
 from agent.runs import CHECKPOINT_NAME, make_run_vector_env
+from world_model.diagnostics import reports_nodes
 
 if TYPE_CHECKING:  # the agent imports this module for Agent.learn / Agent.resume
     from agent.agent import Agent
@@ -285,8 +286,7 @@ class Trainer:
         dynamics with geometric diagnostics (the geodesic model), on the rank that writes. The
         run is saved before; a figure that fails costs one warning line on stderr, never the
         run, and nothing here draws from the run's random streams."""
-        geometric = hasattr(self.agent.model.dynamics, "node_reports")  # as agent.diagnose
-        wanted = self.agent.config.train.figures and geometric
+        wanted = self.agent.config.train.figures and reports_nodes(self.agent.model.dynamics)
         if not self.writes or self.writer is None or not wanted:  # rank > 0: no writer
             return
         try:

@@ -37,7 +37,14 @@ __all__ = [
     "chirality_violation_check",
     "texture_leakage_check",
     "run_diagnostics",
+    "reports_nodes",
 ]
+
+
+def reports_nodes(dynamics: object) -> bool:
+    """Whether `dynamics` reports nodes 67-70 (a `node_reports` method: the geodesic model
+    does, the GRU does not); what agent.diagnose, the figures and the training loop ask."""
+    return callable(getattr(dynamics, "node_reports", None))
 
 
 class CovariantDiagnosticWarning(UserWarning):

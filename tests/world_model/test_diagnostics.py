@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -234,3 +235,12 @@ def test_record_detaches_and_texture_only_queries_skip_node_70():
     )
     reports = dg.run_diagnostics(head, texture_q, ContextBank.cat([bank]), emit=False)
     assert [r.node for r in reports] == [67, 68]
+
+
+def test_reports_nodes_tells_the_geodesic_model_from_the_gru():
+    from world_model.registry import build_dynamics
+
+    geodesic = build_dynamics("geodesic", 3, 1)
+    gru = build_dynamics("gru", 3, 1)
+    assert dg.reports_nodes(geodesic) and not dg.reports_nodes(gru)
+    assert not dg.reports_nodes(SimpleNamespace(node_reports=None))  # an attribute, not a method
