@@ -12,6 +12,7 @@ over seeds and the paired difference against the full model (> 0: the ablation p
 
     python benchmarks/ablation_disk.py                       # every ablation, 3 seeds
     python benchmarks/ablation_disk.py --ablations wilson-off screening-off --seeds 1
+    python benchmarks/ablation_disk.py --first-seed 2 --seeds 1     # seed 2 alone (another core)
 
 Each (seed, row) is saved in --out as it finishes; a rerun skips those already there.
 """
@@ -72,7 +73,8 @@ def mean_se(values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ablations", nargs="*", default=None, help="default: all that apply")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run from this one on")
     parser.add_argument("--updates", type=int, default=600)
     parser.add_argument("--horizon", type=int, default=20, help="training rollout horizon")
     parser.add_argument("--batch", type=int, default=32)
@@ -82,7 +84,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[int, dict]] = {row: {} for row in rows}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for row, dynamics in rows.items():
             path = out / f"{row}__seed{seed}.json"
             if not path.exists():
