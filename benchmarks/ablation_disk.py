@@ -70,6 +70,23 @@ def mean_se(values: list[float]) -> str:
     return f"{m:.4g} ± {statistics.stdev(values) / math.sqrt(len(values)):.2g}"
 
 
+def print_rows(
+    results: dict[str, dict[int, dict]], seeds, cells: tuple[str, ...], paired: tuple[str, ...]
+) -> None:
+    """One markdown row per row of `results` ({row: {seed: result}}): each key of `cells` as
+    mean ± s.e. over `seeds`, each key of `paired` as the mean ± s.e. of row − full model seed
+    by seed (— for the full model itself, or without it), then the update time."""
+    full = results.get(FULL_MODEL)
+    for row, r in results.items():
+        values = [mean_se([r[s][k] for s in seeds]) for k in cells]
+        if row == FULL_MODEL or full is None:
+            values += ["—"] * len(paired)
+        else:
+            values += [mean_se([r[s][k] - full[s][k] for s in seeds]) for k in paired]
+        values.append(mean_se([r[s]["update_ms"] for s in seeds]))
+        print(f"| {row} | " + " | ".join(values) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ablations", nargs="*", default=None, help="default: all that apply")
@@ -100,17 +117,7 @@ def main() -> None:
     )
     print("| row | open-loop 1-50 | at 50 | paired 1-50 | paired at 50 | update ms |")
     print("|---|---:|---:|---:|---:|---:|")
-    full = results[FULL_MODEL]
-    for row in rows:
-        r = results[row]
-        cells = [mean_se([r[s][k] for s in seeds]) for k in ("mean", "final")]
-        paired = (
-            ["—", "—"]
-            if row == FULL_MODEL
-            else [mean_se([r[s][k] - full[s][k] for s in seeds]) for k in ("mean", "final")]
-        )
-        update = mean_se([r[s]["update_ms"] for s in seeds])
-        print(f"| {row} | " + " | ".join(cells + paired) + f" | {update} |")
+    print_rows(results, seeds, ("mean", "final"), ("mean", "final"))
     for name, why in NOT_HERE.items():
         print(f"(left out: {name}: {why})")
 

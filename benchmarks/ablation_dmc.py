@@ -39,7 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ablation_disk import mean_se  # noqa: E402
+from ablation_disk import print_rows  # noqa: E402
 
 from agent.agent import Agent  # noqa: E402
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL  # noqa: E402
@@ -149,17 +149,7 @@ def main() -> None:
     )
     print("| row | at 1 | at 10 | at 50 | mean 1-50 | paired 1-50 | paired at 50 | update ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    full = results.get(FULL_MODEL)
-    for row in rows:
-        r = results[row]
-        cells = [mean_se([r[s][k] for s in seeds]) for k in ("at1", "at10", "at50", "mean")]
-        paired = (
-            ["—", "—"]
-            if row == FULL_MODEL or full is None
-            else [mean_se([r[s][k] - full[s][k] for s in seeds]) for k in ("mean", "at50")]
-        )
-        update = mean_se([r[s]["update_ms"] for s in seeds])
-        print(f"| {row} | " + " | ".join(cells + paired) + f" | {update} |")
+    print_rows(results, seeds, ("at1", "at10", "at50", "mean"), ("mean", "at50"))
     for name, why in NOT_HERE.items():
         print(f"(left out: {name}: {why})")
 
