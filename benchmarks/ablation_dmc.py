@@ -19,6 +19,7 @@ over seeds and the paired difference against the full geodesic model (> 0: the r
 worse).
 
     python benchmarks/ablation_dmc.py                           # reacher-easy, 3 seeds, all rows
+    python benchmarks/ablation_dmc.py --figure docs/figures/ablation_dmc.png   # and the figure
     python benchmarks/ablation_dmc.py --rows geodesic wilson-off --seeds 1 --updates 50
 
 Each (seed, row) is saved in --out as it finishes; a rerun skips those already there.
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=4, help="random held-out episodes")
     parser.add_argument("--updates", type=int, default=600, help="agent updates per row")
     parser.add_argument("--out", default="runs/ablation_dmc", help="per-(seed, row) results")
+    parser.add_argument("--figure", default=None, help="also draw the error against horizon here")
     args = parser.parse_args()
     rows = rows_of(args.rows)
     compare = CompareConfig(
@@ -152,6 +154,42 @@ def main() -> None:
     print_rows(results, seeds, ("at1", "at10", "at50", "mean"), ("mean", "at50"))
     for name, why in NOT_HERE.items():
         print(f"(left out: {name}: {why})")
+    if args.figure:
+        draw(results, list(seeds), Path(args.figure), f"{args.env}, {args.updates} updates")
+
+
+def draw(results: dict[str, dict[int, dict]], seeds: list[int], path: Path, title: str) -> list:
+    """Open-loop error against horizon, mean over `seeds`, one line per row. Labelled: the GRU,
+    the full model and each ablation whose paired difference (mean over 1..50) is more than two
+    standard errors from 0; the others in grey, unlabelled (they lie on the full model's line).
+    Returns the labelled rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=90)
+    horizon = np.arange(1, HORIZON + 1)
+    full = results.get(FULL_MODEL)
+    labelled = []
+    for row, r in results.items():
+        curve = np.mean([r[s]["error"] for s in seeds], axis=0)
+        diff = [r[s]["mean"] - full[s]["mean"] for s in seeds] if full else [0.0]
+        apart = len(diff) > 1 and abs(np.mean(diff)) > 2 * np.std(diff, ddof=1) / len(diff) ** 0.5
+        if row in ("gru", FULL_MODEL) or apart:
+            ax.plot(horizon, curve, lw=2.2 if row == FULL_MODEL else 1.4, label=row)
+            labelled.append(row)
+        else:
+            ax.plot(horizon, curve, color="0.7", lw=0.8)
+    ax.axhline(1.0, color="k", lw=0.5, ls=":")
+    ax.set(xlabel="open-loop steps", ylabel="normalised RMS error (1: the mean)", title=title)
+    ax.legend(fontsize=8, title="grey: within 2 s.e. of geodesic", title_fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"figure: {path}")
+    return labelled
 
 
 if __name__ == "__main__":

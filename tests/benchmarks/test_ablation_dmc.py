@@ -15,7 +15,7 @@ from agent.comparison.ablations import ABLATIONS, FULL_MODEL
 from agent.comparison.config import CompareConfig
 from agent.comparison.prediction import HORIZON
 from agent.runs import make_run_env
-from benchmarks.ablation_dmc import NOT_HERE, collect, rows_of, run_row
+from benchmarks.ablation_dmc import NOT_HERE, collect, draw, rows_of, run_row
 from tests.agent.conftest import tiny
 
 pytestmark = pytest.mark.skipif(
@@ -69,3 +69,21 @@ def test_a_row_trains_its_agent_and_reports_its_open_loop_error():
     assert result["at1"] == result["error"][0] and result["at50"] == result["error"][-1]
     assert result["mean"] == pytest.approx(np.mean(result["error"]))
     assert all(np.isfinite(result["error"])) and result["update_ms"] > 0
+
+
+def test_the_figure_labels_only_the_rows_that_differ_from_the_full_model(tmp_path):
+    rng = np.random.default_rng(0)
+
+    def row(shift: float, noise: float) -> dict:
+        out = {}
+        for seed in (1, 2, 3):
+            error = np.linspace(0.4, 1.0, HORIZON) + shift + noise * rng.standard_normal()
+            out[seed] = {"error": error.tolist(), "mean": float(error.mean())}
+        return out
+
+    results = {"gru": row(0.1, 0.0), FULL_MODEL: row(0.0, 0.0), "screening-off": row(0.3, 0.01),
+               "wilson-off": row(0.0, 0.01)}  # fmt: skip
+    path = tmp_path / "ablation.png"
+    labelled = draw(results, [1, 2, 3], path, "test")
+    assert labelled == ["gru", FULL_MODEL, "screening-off"]
+    assert path.stat().st_size > 10_000
