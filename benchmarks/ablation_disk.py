@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # world_model_disk, also when imported
 
+from thermostat_ablation import mean_se  # noqa: E402
 from world_model_disk import GEODESIC_LR, build, make_data, open_loop_error, train  # noqa: E402
 
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL  # noqa: E402
@@ -61,13 +60,6 @@ def run_row(seed: int, dynamics: dict | None, args) -> dict[str, float]:
     update = train(model, data, args.horizon, args.updates, args.batch, seed, GEODESIC_LR)
     err = open_loop_error(model, "default", seed, 50, data)
     return {"mean": err["mean"], "final": err["final"], "update_ms": 1e3 * update}
-
-
-def mean_se(values: list[float]) -> str:
-    m = statistics.fmean(values)
-    if len(values) < 2:
-        return f"{m:.4g}"
-    return f"{m:.4g} ± {statistics.stdev(values) / math.sqrt(len(values)):.2g}"
 
 
 def print_rows(
