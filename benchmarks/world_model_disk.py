@@ -26,7 +26,6 @@ read-out alone; the disk's own potential is a sum of such wells, see the README)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ import geoopt
 import numpy as np
 import torch
 
+from agent.config import config_from_dict
 from envs.poincare_disk import make_config, potential, sample_start, simulate, true_energy
 from geometry import poincare
 from world_model.geodesic import (
@@ -110,16 +110,6 @@ def geodesic_config(
     )
 
 
-def overridden(config, table: dict):
-    """A dataclass config with a nested table of field overrides applied (sections as dicts),
-    each level validated again by its __post_init__."""
-    changes = {
-        key: overridden(getattr(config, key), value) if isinstance(value, dict) else value
-        for key, value in table.items()
-    }
-    return dataclasses.replace(config, **changes)
-
-
 def build(
     kind: str,
     params_target: int | None = None,
@@ -137,7 +127,9 @@ def build(
     heads = WorldModelConfig(hidden_dim=64, hidden_layers=1)
     if kind == "geodesic":
         config = geodesic_config(conservative, wells, integrator)
-        dyn = GeodesicDynamics(4, 2, config if dynamics is None else overridden(config, dynamics))
+        if dynamics is not None:  # as agent.config applies a [dynamics] table
+            config = config_from_dict(GeodesicConfig, dynamics, "dynamics", base=config)
+        dyn = GeodesicDynamics(4, 2, config)
     else:
         width = 16
         while True:  # the GRU width that matches the geodesic model's parameter count

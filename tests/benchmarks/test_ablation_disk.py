@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL
+from agent.config import config_from_dict
 from benchmarks.ablation_disk import NOT_HERE, rows_of
-from benchmarks.world_model_disk import build, geodesic_config, overridden
+from benchmarks.world_model_disk import build, geodesic_config
+from world_model.geodesic import GeodesicConfig
 
 
 def test_rows_are_the_full_model_and_the_ablations_that_act_here():
@@ -24,7 +26,7 @@ def test_overrides_reach_the_model_and_are_validated():
     assert full == geodesic_config()
     ablated = build("geodesic", dynamics=ABLATIONS["wilson-off"].dynamics).dynamics.config
     assert ablated.head.wilson == "none"
-    assert ablated == overridden(full, {"head": {"wilson": "none"}})
+    assert ablated == config_from_dict(GeodesicConfig, {"head": {"wilson": "none"}}, "d", full)
     assert ablated.integrator == full.integrator  # nothing else moved
     with pytest.raises(ValueError):
-        overridden(full, {"head": {"wilson": "sideways"}})
+        config_from_dict(GeodesicConfig, {"head": {"wilson": "sideways"}}, "d", full)
