@@ -2,7 +2,8 @@
 
 One `plan()` call (TD-MPC2's planner, Hansen et al. 2024, written out):
 
-1. encode the observation, build the dynamics' context once;
+1. encode the observation, build the dynamics' context once and what every rollout from the
+   root shares (`WorldModel.root`: the geodesic model's first kick at the root);
 2. start from the previous plan shifted by one step (warm start) and `max_std`;
 3. repeat `iterations` times: sample `num_samples - num_pi_trajs` action sequences around the
    mean, add `num_pi_trajs` policy-prior sequences (drawn from the prior along the first
@@ -234,26 +235,22 @@ class Planner:
         )[0]
 
 
-def _context(model: WorldModel, planners: Sequence[Planner], obs: Tensor, root, rows, n: int):
-    """The dynamics' context for the E roots' rollouts (E x n rows, environment-major), each
-    environment's history joining its planner's after. One environment: built from the root
-    (batch 1, broadcast over its samples, as training builds it per batch row); several:
-    built for the rows themselves, so that every row reads its own environment's context."""
+def _context(model: WorldModel, planners: Sequence[Planner], obs: Tensor, states, n: int):
+    """The dynamics' context for rollouts from `states` (the E roots, or their E x n rows,
+    environment-major: n rows per environment), each environment's history joining its
+    planner's after."""
     w = getattr(model, "history_length", 0)
-    single = len(planners) == 1
-    memory = _memory(model, planners, obs, 1 if single else n)
+    memory = _memory(model, planners, obs, n)
     extra = {} if memory is None else {"memory": memory}  # only a model that reads one
     if w <= 0:
-        return model.context(root if single else rows, **extra)
+        return model.context(states, **extra)
     inputs = [p._history_inputs(w, obs[i : i + 1]) for i, p in enumerate(planners)]
     history = torch.cat([h for h, _ in inputs], dim=1)  # [w, E, O]
     mask = torch.cat([m for _, m in inputs], dim=1)  # [w, E]
     for i, planner in enumerate(planners):
         planner._history = [*planner._history, obs[i].clone()][-w:]
-    if single:
-        return model.context(root, history, mask, **extra)
     return model.context(
-        rows, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1), **extra
+        states, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1), **extra
     )
 
 
@@ -314,8 +311,15 @@ def plan_batch(
     obs = obs.reshape(n_env, -1)
     device, dtype = obs.device, obs.dtype
     root = model.encode(obs)  # [E]
-    rows = root.expand(n) if n_env == 1 else root.map(lambda x: x.repeat_interleave(n, 0))
-    context = _context(model, planners, obs, root, rows, n)
+    # One environment: the context is built from its root (batch 1, broadcast over its samples,
+    # as training builds it per batch row) and the root's own first-step terms are computed
+    # once (model.root) and expanded with it to every sample. Several: both are built for the
+    # rows themselves, so that every row reads its own environment's context.
+    single = n_env == 1
+    starts = root if single else root.map(lambda x: x.repeat_interleave(n, 0))
+    context = _context(model, planners, obs, starts, 1 if single else n)
+    starts = model.root(starts, context)
+    rows = starts.expand(n) if single else starts  # [E * N]
 
     actions = torch.empty(horizon, n_env, n, a_dim, device=device, dtype=dtype)  # [H, E, N, A]
     flat = actions.view(horizon, n_env * n, a_dim)  # the rollout's rows, environment-major

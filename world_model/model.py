@@ -11,6 +11,7 @@ observation decoder `decode`, and the target copies (EMA) of the encoder and of 
     model = WorldModel(obs_dim, action_dim, GRUDynamics(obs_dim, action_dim, GRUConfig()))
     s = model.encode(obs)                                   # [B] latent state
     ctx = model.context(s)                                  # once per plan() / training batch
+    s = model.root(s, ctx)                                  # what every rollout from s shares
     s1 = model.next(s, a, ctx, stochastic=False)            # [B]
     r = model.reward(s, a); q = model.Q(s, a, "avg")        # [B, 1]
     a_pi, info = model.pi(s)                                # [B, A] in [-1, 1]
@@ -180,6 +181,10 @@ class Dynamics(nn.Module):
       (obs, action, next_obs), world_model.memory.episodic.MemoryInputs);
       `uses_value_gradient`: `value_fn` (state -> V(state) [B, 1], the agent's current value
       estimate, for dynamics that differentiate it, e.g. a chiral projector).
+      Building a context writes into no state.
+    - `root(state, context) -> state`: the rollout root with what every rollout step would
+      first recompute at it, computed once (a planner calls it before expanding its root);
+      default the state itself.
     - `on_transition(transition)`: called on every env transition (memory, prototypes); no-op.
     - `genesis(roots [B], errors [B]) -> [(parameter, rows)]`: called after every update with
       the batch's root states and their one-step prediction errors, for a dynamics that grows
@@ -232,6 +237,13 @@ class Dynamics(nn.Module):
 
     def context(self, state: LatentState, **inputs: Any) -> Any:
         return None
+
+    def root(self, state: LatentState, context: Any) -> LatentState:
+        """The state rollouts under `context` start from: `state` [B] with what a step would
+        compute at it first and that depends on the state and context alone (carried()
+        fields). A planner calls it on its root before expanding the root to its samples, so
+        that this is computed once, not once per sample and iteration. Default: `state`."""
+        return state
 
     def on_transition(self, transition: Transition) -> None:
         return None
@@ -375,6 +387,10 @@ class WorldModel(nn.Module):
         if dyn.uses_value_gradient:
             inputs["value_fn"] = self.value
         return dyn.context(state, **inputs)
+
+    def root(self, state: LatentState, context: Any) -> LatentState:
+        """The state rollouts under `context` start from (Dynamics.root): state [B] -> [B]."""
+        return self.dynamics.root(state, context)
 
     def diagnostics(self, batch: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
         """The dynamics' diagnostics (Dynamics.diagnostics), with value_fn when it asks."""

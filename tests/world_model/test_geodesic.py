@@ -506,24 +506,40 @@ def test_every_attention_kernel_drives_the_model(attention):
 
 def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
     """The planner builds the context from a root of batch 1 (value gradient, history window
-    included) and rolls out N samples with it."""
+    included) and rolls out N samples with it: each sample's rollout is the one a context
+    built for that sample's own row (the root and its history repeated) gives."""
     from world_model.model import WorldModel
 
-    dyn = small(context=dict(window=2))
+    dyn = small(context=dict(window=2), head=dict(chirality=0.5))
+    with torch.no_grad():
+        for head in dyn.integrator.heads():
+            head.w_o.weight.normal_(generator=torch.Generator().manual_seed(3))
     model = WorldModel(6, 2, dyn)
     root = model.encode(torch.randn(1, 6))
-    ctx = model.context(root, torch.randn(2, 1, 6), torch.ones(2, 1, dtype=torch.bool))
+    history, mask = torch.randn(2, 1, 6), torch.tensor([[False], [True]])
+    ctx = model.context(root, history, mask)
     assert ctx.value_grad.shape == (1, 4)
-    out = model.next(root.expand(12), torch.rand(12, 2), ctx)
-    assert out.z.shape == (12, 4) and torch.isfinite(out.p).all()
+    rows = root.repeat(12)
+    per_row = model.context(rows, history.repeat(1, 12, 1), mask.repeat(1, 12))
+    assert per_row.value_grad.shape == (12, 4)
+    a = torch.rand(2, 12, 2) * 2 - 1
+    shared, own = root.expand(12), rows
+    for t in range(2):
+        shared, own = model.next(shared, a[t], ctx), model.next(own, a[t], per_row)
+    assert not torch.allclose(shared.z[0], shared.z[1])  # the samples' actions differ
+    torch.testing.assert_close(shared.z, own.z)
+    torch.testing.assert_close(shared.p, own.p)
 
 
 def test_a_plan_root_kicks_once_and_its_expanded_samples_reuse_it():
-    """The context built from a root of batch 1 puts the root's kick in its carry; `expand`
-    carries it to every sample, and the step equals recomputing the kick per sample."""
+    """Building a context writes into no state; `root` returns the root with its kick in its
+    carry, `expand` carries it to every sample, and the step equals recomputing the kick per
+    sample."""
     dyn = small(context=dict(window=2))
-    root = dyn.encode(torch.randn(1, 6))
-    ctx = dyn.context(root)
+    encoded = dyn.encode(torch.randn(1, 6))
+    ctx = dyn.context(encoded)
+    assert encoded.carry is None
+    root = dyn.root(encoded, ctx)
     assert isinstance(root.carry, StepCarry) and root.carry.context is ctx
     calls = []
     original = dyn.integrator.kick_force

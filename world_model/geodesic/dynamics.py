@@ -146,10 +146,9 @@ class GeodesicDynamics(Dynamics):
         episodic memory's entries (memory_bank). The chiral projector's direction comes from
         `value_grad` [B, d], or from grad_z V at the root state when the agent passes its value
         estimate `value_fn` (seed 003 Def 285: n = P grad V); the direction is an input to the
-        heads, computed once per rollout and not trained through. A root of batch 1 (a plan's)
-        gets its position terms computed here, once, and stored in its carry (`state.carry`),
-        shared by every sample it is expanded to. With context.value_gradient off (chirality
-        off) neither is read: no projector, no chiral gate."""
+        heads, computed once per rollout and not trained through. With context.value_gradient
+        off (chirality off) neither is read: no projector, no chiral gate. Writes into no
+        state: a rollout root's own terms come from `root`."""
         if not self.uses_value_gradient:
             value_grad = value_fn = None
         if value_grad is None and value_fn is not None:
@@ -166,9 +165,17 @@ class GeodesicDynamics(Dynamics):
         )
         if memory is not None and self.integrator.memory is not None:
             context.memory = self.memory_bank(memory)
-        if state.z.shape[0] == 1:  # a planning root: its kick once, shared by every sample
-            state.carry = StepCarry(context, self.integrator.position_terms(state.z, context))
         return context
+
+    def root(self, state: GeodesicState, context: GeodesicContext) -> GeodesicState:
+        """`state` carrying its position terms under `context` (the first step's opening kick):
+        a planner's root of batch 1 computes its kick once, and `expand` hands it to every
+        sample."""
+        return GeodesicState(
+            state.z,
+            state.p,
+            carry=StepCarry(context, self.integrator.position_terms(state.z, context)),
+        )
 
     @torch.no_grad()
     def memory_bank(self, memory: MemoryInputs) -> MemoryBank | None:
