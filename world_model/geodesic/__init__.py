@@ -56,7 +56,7 @@ from .config import (
     IntegratorConfig,
     migrate_flat_dynamics,
 )
-from .context import GeodesicContext, build_context
+from .context import GeodesicContext
 from .dynamics import GeodesicDynamics, GeodesicState, StepCarry
 from .integrator import GeodesicCrossAttention, PositionTerms
 
@@ -72,6 +72,5 @@ __all__ = [
     "GeodesicContext",
     "GeodesicCrossAttention",
     "GeodesicDynamics",
-    "build_context",
     "confining_force",
 ]

@@ -23,7 +23,7 @@ from world_model.model import Dynamics, LatentState, carried
 
 from . import reports
 from .config import TEXTURE, GeodesicConfig
-from .context import GeodesicContext, build_context
+from .context import GeodesicContext
 from .integrator import GeodesicCrossAttention, PositionTerms
 
 __all__ = ["StepCarry", "GeodesicState", "GeodesicDynamics"]
@@ -140,9 +140,9 @@ class GeodesicDynamics(Dynamics):
         value_fn: Callable[[GeodesicState], Tensor] | None = None,
         memory: MemoryInputs | None = None,
     ) -> GeodesicContext:
-        """Banks for one rollout (context.build_context): prototypes (macro) plus, given
-        `history` [B, W] (oldest first) with `history_mask` [B, W], the recent trajectory window
-        (texture), and, given `memory` (a memory per sample, or one for a plan's root), the
+        """Banks for one rollout (GeodesicCrossAttention.build_context): prototypes (macro) plus,
+        given `history` [B, W] (oldest first) with `history_mask` [B, W], the recent trajectory
+        window (texture), and, given `memory` (a memory per sample, or one for a plan's root), the
         episodic memory's entries (memory_bank). The chiral projector's direction comes from
         `value_grad` [B, d], or from grad_z V at the root state when the agent passes its value
         estimate `value_fn` (seed 003 Def 285: n = P grad V); the direction is an input to the
@@ -153,8 +153,7 @@ class GeodesicDynamics(Dynamics):
             value_grad = value_fn = None
         if value_grad is None and value_fn is not None:
             value_grad = self._value_gradient(state, value_fn)
-        context = build_context(
-            self.integrator,
+        context = self.integrator.build_context(
             self.prototypes,
             self.window,
             None if history is None else history.z,
@@ -188,7 +187,7 @@ class GeodesicDynamics(Dynamics):
             return None
         state, after = self.encode(memory.obs), self.encode(memory.next_obs)
         integ = self.integrator
-        bare = build_context(integ, self.prototypes, None, root_z=state.z)  # kick without it
+        bare = integ.build_context(self.prototypes, None, root_z=state.z)  # kick without it
         terms = integ.position_terms(state.z, bare)
         kick = terms.force + integ.control_force(state.z, memory.action, terms.gain)
         residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]

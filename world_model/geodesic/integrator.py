@@ -22,11 +22,12 @@ from torch import Tensor, nn
 from geometry import langevin, poincare, potentials
 from world_model import sharding
 from world_model.attention.context import ContextBank
-from world_model.attention.covariant import CovariantAttention, CovariantQueries
+from world_model.attention.covariant import CovariantAttention, CovariantQueries, PreparedContext
 from world_model.layers import mlp
 from world_model.memory.episodic import EpisodicMemory
-from world_model.memory.prototypes import ball_points_parameter
-from world_model.memory.window import position_features, state_features
+from world_model.memory.prototypes import PrototypePool, ball_points_parameter
+from world_model.memory.routed_prototypes import RoutedPrototypePool
+from world_model.memory.window import TrajectoryWindow, position_features, state_features
 
 from .config import MACRO, TEXTURE, GeodesicConfig
 from .context import GeodesicContext
@@ -104,6 +105,72 @@ class GeodesicCrossAttention(nn.Module):
     def lines(self, z: Tensor) -> Tensor:
         """U_{z->0} of the shared connection: z [..., d] -> [..., r, r]."""
         return self.kick_head.lines_to_origin(z)
+
+    # ------------------------------------------------------------------ context
+
+    def build_context(
+        self,
+        prototypes: PrototypePool | RoutedPrototypePool,
+        window: TrajectoryWindow | None,
+        history_z: Tensor | None = None,
+        history_p: Tensor | None = None,
+        history_mask: Tensor | None = None,
+        value_grad: Tensor | None = None,
+        root_z: Tensor | None = None,
+    ) -> GeodesicContext:
+        """The banks for one rollout: the prototypes' force and correction banks ([1, M], shared by
+        every rollout; a routed pool's top-K at each root `root_z` [B, d] instead, [B, K], from the
+        whole pool prepared once) and, given a `window` provider and the history positions /
+        momenta `history_z`, `history_p` [B, W, d] (oldest first) with `history_mask` [B, W], the
+        window's texture entries per sample. Under the krr kernel all are joined into one bank
+        (one ridge system for all); otherwise the prototypes are prepared once and the window
+        per sample. The drift head's bank is prepared only when the drift reads it
+        (drift_correction)."""
+        cfg = self.config
+        force_bank = prototypes.force_bank()  # [1, M]: shared by every rollout
+        correction_bank = prototypes.correction_bank()
+        selection = None
+        if isinstance(prototypes, RoutedPrototypePool):
+            if root_z is None:
+                raise ValueError("build_context: a routed prototype pool needs the roots root_z")
+            selection = prototypes.route(root_z)  # [B, K]
+        krr = cfg.head.kernel == "krr"
+        if selection is not None and krr:  # the ridge system is over the selected entries
+            force_bank = force_bank.take(*selection)
+            correction_bank = correction_bank.take(*selection)
+            selection = None
+        banks = None
+        if window is not None and history_z is not None:
+            banks = window.banks(history_z, history_p, history_mask)  # [B, W] each
+        if banks is not None and krr:  # one ridge system for all
+            force_bank = ContextBank.cat([force_bank, banks[0]])
+            correction_bank = ContextBank.cat([correction_bank, banks[1]])
+            banks = None
+        corrects = cfg.integrator.drift_correction  # else the drift head is never read
+        lines = self.lines(force_bank.positions)  # one line per entry, shared by both banks
+        force = self.kick_head.prepare(force_bank, lines=lines)
+        correction = self.drift_head.prepare(correction_bank, lines=lines) if corrects else None
+        if selection is not None:  # the whole pool prepared once; each root reads its top-K
+            force, force_bank = force.take(*selection), force_bank.take(*selection)
+            correction_bank = correction_bank.take(*selection)
+            correction = None if correction is None else correction.take(*selection)
+        if banks is not None:  # prototypes prepared once, the window per sample
+            w_lines = self.lines(history_z)  # [B, W, r, r]
+            force = PreparedContext.cat([force, self.kick_head.prepare(banks[0], lines=w_lines)])
+            if correction is not None:
+                correction = PreparedContext.cat(
+                    [correction, self.drift_head.prepare(banks[1], lines=w_lines)]
+                )
+        force_parts = (force_bank,) if banks is None else (force_bank, banks[0])
+        correction_parts = (correction_bank,) if banks is None else (correction_bank, banks[1])
+        return GeodesicContext(
+            force=force,
+            correction=correction,
+            force_parts=force_parts,
+            correction_parts=correction_parts,
+            value_grad=value_grad,
+            ou=self.ou_coefficients(),
+        )
 
     # ------------------------------------------------------------------ physical parameters
 

@@ -14,7 +14,6 @@ from agent.buffer import ReplayBuffer
 from agent.planner import Planner, PlannerConfig, _memory
 from world_model.geodesic import GeodesicConfig, GeodesicDynamics
 from world_model.geodesic.config import ContextConfig
-from world_model.geodesic.context import build_context
 from world_model.memory.episodic import EpisodicMemory, MemoryBank, MemoryInputs
 from world_model.model import WorldModel, WorldModelConfig
 
@@ -143,7 +142,7 @@ def test_residual_is_the_momentum_change_the_models_kick_does_not_explain():
     f0 = torch.randn(5, 4)
     integ = dyn.integrator
     with torch.no_grad():
-        terms = integ.position_terms(z, build_context(integ, dyn.prototypes, None))
+        terms = integ.position_terms(z, integ.build_context(dyn.prototypes, None))
         kick = terms.force + integ.control_force(z, a, terms.gain)
     inputs = MemoryInputs(
         obs=torch.cat([z, p], -1),
@@ -167,7 +166,7 @@ def test_the_memory_force_enters_the_kick_through_the_gate():
     bank = MemoryBank(
         ball.expmap0(0.3 * torch.randn(2, 5, 4)), torch.randn(2, 5, 4), torch.ones(2, 5).bool()
     )
-    context = build_context(dyn.integrator, dyn.prototypes, None)
+    context = dyn.integrator.build_context(dyn.prototypes, None)
     with torch.no_grad():
         without, _ = dyn.integrator.kick_force(z, context)
         context.memory = bank
