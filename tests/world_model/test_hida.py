@@ -303,6 +303,62 @@ def test_c_hida_fewer_keys_than_summaries_and_empty_reads():
     assert float(op.counts.sum()) == 2.0 and (pi[0, 2:] == 0).all() and 1.0 < float(out) < 3.0
 
 
+def test_c_hida_with_fewer_keys_than_summaries_is_dense_hida_through_forward_and_ingest():
+    """With no more keys than summaries every key opens a summary of its own (center the key,
+    value mean its value, count 1), so C-HIDA is Dense-HIDA over the keys: an independent
+    reference for how many summaries a batch opens, through forward (one chunk, chunks of 3, of
+    1) and through ingest in batches of 4, 1 and 6 (11 keys, 12 summaries), then of 1 more key,
+    which opens the last free summary."""
+    q, k, v = data(6, 12, seed=18)
+    eps = 0.05
+    tol = dict(rtol=1e-12, atol=1e-13)
+    dense = DenseHIDA(DenseHIDAConfig(eps=eps))
+    for n in (11, 12):
+        dense_out, dense_w = dense(q, k[:n], v[:n])
+        for chunk in (256, 3, 1):
+            cfg = CHIDAConfig(n_summaries=12, key_dim=3, value_dim=2, eps=eps, ingest_chunk=chunk)
+            out, w = CHIDA(cfg).double()(q, k[:n], v[:n])
+            torch.testing.assert_close(out, dense_out, **tol)
+            torch.testing.assert_close(w, dense_w, **tol)
+    op = CHIDA(CHIDAConfig(n_summaries=12, key_dim=3, value_dim=2, eps=eps)).double()
+    slots = torch.cat([op.ingest(k[a:b], v[a:b]) for a, b in ((0, 4), (4, 5), (5, 11))])
+    assert slots.tolist() == list(range(11))  # each key its own slot, in time order
+    assert op.counts.tolist() == [1.0] * 11 + [0.0]
+    torch.testing.assert_close(op.centers[:11], k[:11], rtol=0, atol=0)  # opened at the key
+    torch.testing.assert_close(op.value_means[:11], v[:11], rtol=0, atol=0)
+    dense_out, dense_w = dense(q, k[:11], v[:11])
+    read_out, pi = op.read(q)
+    torch.testing.assert_close(read_out, dense_out, **tol)
+    torch.testing.assert_close(pi[:, :11], dense_w, **tol)
+    assert (pi[:, 11] == 0).all()  # the summary never opened is never read
+    assert op.ingest(k[11:], v[11:]).tolist() == [11]  # the last free summary
+    dense_out, dense_w = dense(q, k, v)
+    read_out, pi = op.read(q)
+    torch.testing.assert_close(read_out, dense_out, **tol)
+    torch.testing.assert_close(pi, dense_w, **tol)
+
+
+def test_c_hida_a_batch_opens_exactly_the_summaries_still_free():
+    """8 summaries, batches of 5 and 5: the second batch's first 3 keys open slots 5-7 and its
+    last 2 move their nearest summary (geoopt's distance to the 8 opened keys), by the
+    Riemannian mini-batch step exp_s(sum log_s(k_i) / (1 + b)) (module docstring)."""
+    _, k, v = data(1, 10, seed=19)
+    op = CHIDA(CHIDAConfig(n_summaries=8, key_dim=3, value_dim=2, eps=0.05)).double()
+    first, second = op.ingest(k[:5], v[:5]), op.ingest(k[5:], v[5:])
+    nearest = BALL.dist(k[8:, None, :], k[None, :8, :]).argmin(-1)  # [2]
+    assert first.tolist() == [0, 1, 2, 3, 4]
+    assert second.tolist() == [5, 6, 7, *nearest.tolist()]
+    counts = torch.ones(8, dtype=F64).index_add(0, nearest, torch.ones(2, dtype=F64))
+    torch.testing.assert_close(op.counts, counts, rtol=0, atol=0)
+    for j in range(8):
+        movers = k[8:][nearest == j]
+        step = BALL.logmap(k[j], movers).sum(0) / (1 + len(movers))
+        center = BALL.expmap(k[j], step, project=False)
+        torch.testing.assert_close(op.centers[j], center, rtol=1e-10, atol=1e-12)
+        mean = torch.cat([v[j : j + 1], v[8:][nearest == j]]).mean(0)
+        torch.testing.assert_close(op.value_means[j], mean, rtol=1e-10, atol=1e-12)
+
+
 # =========================================================================== all four
 
 
