@@ -10,9 +10,9 @@ noise-free open-loop error (normalised RMS, mean over steps 1..50 and at step 50
 starts; world_model_disk.open_loop_error) and the time per update; the table gives mean ± s.e.
 over seeds and the paired difference against the full model (> 0: the ablation predicts worse).
 
-    python benchmarks/ablation_disk.py                       # every ablation, 3 seeds
-    python benchmarks/ablation_disk.py --ablations wilson-off screening-off --seeds 1
-    python benchmarks/ablation_disk.py --first-seed 2 --seeds 1     # seed 2 alone (another core)
+    python -m benchmarks.ablation_disk                       # every ablation, 3 seeds
+    python -m benchmarks.ablation_disk --ablations wilson-off screening-off --seeds 1
+    python -m benchmarks.ablation_disk --first-seed 2 --seeds 1     # seed 2 alone (another core)
 
 Each (seed, row) is saved in --out as it finishes; a rerun skips those already there.
 """
@@ -21,18 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # world_model_disk, also when imported
-
-from thermostat_ablation import mean_se  # noqa: E402
-from world_model_disk import GEODESIC_LR, build, make_data, open_loop_error, train  # noqa: E402
-
-from agent.comparison.ablations import ABLATIONS, FULL_MODEL  # noqa: E402
+from agent.comparison.ablations import ABLATIONS, FULL_MODEL
+from benchmarks.thermostat_ablation import mean_se
+from benchmarks.world_model_disk import GEODESIC_LR, build, make_data, open_loop_error, train
 
 torch.set_num_threads(1)
 

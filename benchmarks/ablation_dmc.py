@@ -18,9 +18,9 @@ memory, so it would measure only memory's effect on training. Per row and seed: 
 over seeds and the paired difference against the full geodesic model (> 0: the row predicts
 worse).
 
-    python benchmarks/ablation_dmc.py                           # reacher-easy, 3 seeds, all rows
-    python benchmarks/ablation_dmc.py --figure docs/figures/ablation_dmc.png   # and the figure
-    python benchmarks/ablation_dmc.py --rows geodesic wilson-off --seeds 1 --updates 50
+    python -m benchmarks.ablation_dmc                           # reacher-easy, 3 seeds, all rows
+    python -m benchmarks.ablation_dmc --figure docs/figures/ablation_dmc.png   # and the figure
+    python -m benchmarks.ablation_dmc --rows geodesic wilson-off --seeds 1 --updates 50
 
 Each (seed, row) is saved in --out as it finishes; a rerun skips those already there.
 """
@@ -30,24 +30,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from ablation_disk import print_rows  # noqa: E402
-
-from agent.agent import Agent  # noqa: E402
-from agent.comparison.ablations import ABLATIONS, FULL_MODEL  # noqa: E402
-from agent.comparison.config import CompareConfig  # noqa: E402
-from agent.comparison.prediction import HORIZON, open_loop_error  # noqa: E402
-from agent.config import load_config_file  # noqa: E402
-from agent.runs import make_run_env  # noqa: E402
+from agent.agent import Agent
+from agent.comparison.ablations import ABLATIONS, FULL_MODEL
+from agent.comparison.config import CompareConfig
+from agent.comparison.prediction import HORIZON, open_loop_error
+from agent.config import load_config_file
+from agent.runs import make_run_env
+from benchmarks.ablation_disk import print_rows
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 torch.set_num_threads(1)

@@ -1,8 +1,8 @@
 """Sample efficiency and speed of the agent on Pendulum-v1, side by side with SB3's SAC.
 
-    python benchmarks/agent_pendulum.py                       # GRU agent, 3 seeds, 1k..10k steps
-    python benchmarks/agent_pendulum.py --seeds 1 --at 1000 2500 --no-sac
-    python benchmarks/agent_pendulum.py --world-models gru geodesic --config tuned.json
+    python -m benchmarks.agent_pendulum                       # GRU agent, 3 seeds, 1k..10k steps
+    python -m benchmarks.agent_pendulum --seeds 1 --at 1000 2500 --no-sac
+    python -m benchmarks.agent_pendulum --world-models gru geodesic --config tuned.json
 
 This is `python -m agent.compare` (agent/compare.py does the training, evaluation, SAC and the
 table) with the benchmark's defaults: the GRU agent, evaluation points 1k, 2.5k, 5k and 10k, and
@@ -23,13 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agent.compare import build_parser, run_from_args
+from agent.comparison.config import SAC
+from agent.comparison.results import Comparison
 
-from agent.compare import build_parser, run_from_args  # noqa: E402
-from agent.comparison.config import SAC  # noqa: E402
-from agent.comparison.results import Comparison  # noqa: E402
-
-PROG = "python benchmarks/agent_pendulum.py"
+PROG = "python -m benchmarks.agent_pendulum"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

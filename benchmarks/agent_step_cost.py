@@ -1,10 +1,10 @@
 """Cost of one training update and one planning call of the agent, per world model, side by
 side in one process (issue 5's cost target: the geodesic model <= 3x the GRU's).
 
-    python benchmarks/agent_step_cost.py                       # Pendulum-v1, gru vs geodesic
-    python benchmarks/agent_step_cost.py --rounds 7 --updates 10 --plans 20
-    python benchmarks/agent_step_cost.py --config-of geodesic f.toml  # one model's config
-    python benchmarks/agent_step_cost.py --variant exact-drift geodesic exact.toml  # extra row
+    python -m benchmarks.agent_step_cost                       # Pendulum-v1, gru vs geodesic
+    python -m benchmarks.agent_step_cost --rounds 7 --updates 10 --plans 20
+    python -m benchmarks.agent_step_cost --config-of geodesic f.toml  # one model's config
+    python -m benchmarks.agent_step_cost --variant exact-drift geodesic exact.toml  # extra row
 
 Each agent is built with the run's defaults (the config a `python -m agent.train` run would use),
 its replay buffer filled with the same random-action episodes; then the agents take turns, round
@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from agent.agent import Agent  # noqa: E402
-from agent.config import RunConfig, load_config_file  # noqa: E402
+from agent.agent import Agent
+from agent.config import RunConfig, load_config_file
 
 
 def build_agent(env_id: str, world_model: str, base: dict, seed: int) -> Agent:
@@ -83,7 +79,7 @@ def time_calls(fn, n: int, clock: str = "wall") -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/agent_step_cost.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.agent_step_cost", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--env", default="Pendulum-v1")
     parser.add_argument("--world-models", nargs="+", default=["gru", "geodesic"])

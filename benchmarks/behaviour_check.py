@@ -1,6 +1,6 @@
 """Same seed, same result: train with this tree and with an older commit, compare bit for bit.
 
-    python benchmarks/behaviour_check.py --commit 1468b72 --world-model geodesic --steps 600
+    python -m benchmarks.behaviour_check --commit 1468b72 --world-model geodesic --steps 600
 
 Checks out `--commit` into a temporary git worktree, runs `python -m agent.train` there and
 here with the same flags (and `--config FILE` if given), and compares the two checkpoints: every
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from agent.config import migrate_config
 
-from agent.config import migrate_config  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def train(tree: Path, logdir: Path, args: argparse.Namespace) -> Path:

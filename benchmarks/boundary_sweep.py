@@ -1,9 +1,9 @@
 """Boundary sweep: a seeded sweep of float32 inputs through every geometry function and every
 attention operator (issue 26, deliverable 4), counting non-finite values and gradients.
 
-    python benchmarks/boundary_sweep.py                      # 10^6 inputs per row
-    python benchmarks/boundary_sweep.py --inputs 100000 --seed 1 --only geodesic gauge.
-    python benchmarks/boundary_sweep.py --skip "gauge.wilson_line[" gauge_omega geodesic
+    python -m benchmarks.boundary_sweep                      # 10^6 inputs per row
+    python -m benchmarks.boundary_sweep --inputs 100000 --seed 1 --only geodesic gauge.
+    python -m benchmarks.boundary_sweep --skip "gauge.wilson_line[" gauge_omega geodesic
 
 The rows, the draws and the checks are the Hypothesis tests' (tests/geometry/
 test_boundary_fuzz.py: points with |z| = 1 - 10^-u up to 1 - 1e-5, tangent vectors from 1e-8
@@ -20,16 +20,12 @@ count is not 0.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.geometry import test_boundary_fuzz as geometry_fuzz  # noqa: E402
-from tests.world_model import test_attention_boundary_fuzz as attention_fuzz  # noqa: E402
+from tests.geometry import test_boundary_fuzz as geometry_fuzz
+from tests.world_model import test_attention_boundary_fuzz as attention_fuzz
 
 HEADER = (
     "| function / operator | inputs | non-finite values | non-finite gradients "
@@ -88,7 +84,7 @@ def sweep(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/boundary_sweep.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.boundary_sweep", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--inputs", type=int, default=1_000_000, help="samples per row")
     parser.add_argument("--seed", type=int, default=0)

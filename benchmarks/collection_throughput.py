@@ -4,10 +4,10 @@ agent/collection.py) and of data-parallel ranks (agent/distributed.py), for coll
 training (one update per environment step, the single env's update-to-data ratio), every
 setting side by side in one run, one torch thread per process.
 
-    python benchmarks/collection_throughput.py                         # GRU, K = 1 2 4 8
-    python benchmarks/collection_throughput.py --ranks 1 2 --copies 2 4 8
-    python benchmarks/collection_throughput.py --world-model geodesic --copies 1 8 --steps 64
-    python benchmarks/collection_throughput.py --env dm_control/pendulum-swingup-v0 --async
+    python -m benchmarks.collection_throughput                         # GRU, K = 1 2 4 8
+    python -m benchmarks.collection_throughput --ranks 1 2 --copies 2 4 8
+    python -m benchmarks.collection_throughput --world-model geodesic --copies 1 8 --steps 64
+    python -m benchmarks.collection_throughput --env dm_control/pendulum-swingup-v0 --async
 
 --copies counts all copies; with W ranks each gloo rank (processes on this machine, as
 `torchrun --nproc-per-node W` starts them) steps copies / W of them and all-gathers the

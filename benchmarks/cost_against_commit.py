@@ -1,8 +1,8 @@
 """The agent's cost per update and per plan, this tree against an older commit, alternating.
 
-    python benchmarks/cost_against_commit.py --commit 1468b72 --pairs 5
+    python -m benchmarks.cost_against_commit --commit 1468b72 --pairs 5
 
-Checks `--commit` out into a temporary git worktree and runs `benchmarks/agent_step_cost.py`
+Checks `--commit` out into a temporary git worktree and runs `python -m benchmarks.agent_step_cost`
 (the commit's own copy there, this tree's here) alternately, old and new in turn (the order
 flips every pair: these machines are noisy), `--pairs` times each. Prints, per world model, the
 ms per update and per plan of every run and the median of the per-pair ratios new / old.
@@ -27,7 +27,7 @@ def cost(tree: Path, extra: list[str]) -> dict[str, tuple[float, float]]:
     """{world model: (update ms, plan ms)} from one agent_step_cost.py run in `tree`."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(
-        [sys.executable, str(tree / "benchmarks" / "agent_step_cost.py"), *extra],
+        [sys.executable, "-m", "benchmarks.agent_step_cost", *extra],
         cwd=tree, env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return {m[1]: (float(m[2]), float(m[3])) for m in map(ROW.match, out.splitlines()) if m}

@@ -1,8 +1,8 @@
 """Forward and forward+backward time of one covariant attention head (seed 003) per Wilson-line
 mode, side by side with plain softmax attention of the same size.
 
-    python benchmarks/covariant_head.py                      # 256 queries, 64 entries, d_k = 32
-    python benchmarks/covariant_head.py --layout shared      # only the planning layout
+    python -m benchmarks.covariant_head                      # 256 queries, 64 entries, d_k = 32
+    python -m benchmarks.covariant_head --layout shared      # only the planning layout
 
 Layouts: "shared" = one context bank for the whole batch (planning: the bank is fixed for a plan,
 so it costs N Wilson lines + one per query; the "prepared bank" rows time the forward pass with
@@ -19,18 +19,14 @@ waits, and tiny kernels then take 10-100x longer at random.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from world_model.attention.context import ContextBank  # noqa: E402
-from world_model.attention.covariant import (  # noqa: E402
+from world_model.attention.context import ContextBank
+from world_model.attention.covariant import (
     CovariantAttention,
     CovariantAttentionConfig,
     CovariantQueries,

@@ -4,9 +4,9 @@ return reached, the update-to-data ratio, and the wall time, W gloo ranks (`torc
 one env and with W env copies (`--num-envs W`: the same collection as the W ranks', one copy
 each, in one process).
 
-    python benchmarks/data_parallel.py                          # GRU, Pendulum-v1, seeds 1-3, 5k
-    python benchmarks/data_parallel.py --seeds 1 --steps 2500 --ranks 2
-    python benchmarks/data_parallel.py --world-model geodesic --out benchmarks/results/dp_geo
+    python -m benchmarks.data_parallel                          # GRU, Pendulum-v1, seeds 1-3, 5k
+    python -m benchmarks.data_parallel --seeds 1 --steps 2500 --ranks 2
+    python -m benchmarks.data_parallel --world-model geodesic --out benchmarks/results/dp_geo
 
 Each run is `agent.train` with the defaults plus `--train.eval_every 2500 --train.eval_episodes
 10`: every run is evaluated on the same 10 episodes (fixed reset seeds) at 2.5k and at the end.

@@ -8,8 +8,8 @@ rank routes its own queries with the same selection and dispatches (query, row) 
 rows' owners (all-to-alls there and back). Bytes are per rank, summed over ranks, and per query;
 messages are collective calls. Both protocols' outputs are checked equal to the unsharded GSR.
 
-    python benchmarks/gsr_communication.py                      # P = 2, 4; B = 16 .. 4096
-    python benchmarks/gsr_communication.py --ranks 2 --batches 64 1024 --pool 1024 --k 16
+    python -m benchmarks.gsr_communication                      # P = 2, 4; B = 16 .. 4096
+    python -m benchmarks.gsr_communication --ranks 2 --batches 64 1024 --pool 1024 --k 16
 """
 
 from __future__ import annotations

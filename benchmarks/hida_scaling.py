@@ -1,9 +1,9 @@
 """Time, memory and error of the HIDA operators (seed 000 M1-M4) against n, and the
 all-pairs distance forms of world_model/attention/ida.py, printed as tables.
 
-    python benchmarks/hida_scaling.py            # everything (~2-3 minutes on one CPU thread)
-    python benchmarks/hida_scaling.py --quick    # smaller sizes (~30 s)
-    python benchmarks/hida_scaling.py --section distance   # or: scaling, all
+    python -m benchmarks.hida_scaling            # everything (~2-3 minutes on one CPU thread)
+    python -m benchmarks.hida_scaling --quick    # smaller sizes (~30 s)
+    python -m benchmarks.hida_scaling --section distance   # or: scaling, all
 
 How it measures:
 - time: least wall time over repeated calls in this process, under torch.no_grad (inference),
@@ -26,19 +26,15 @@ import argparse
 import math
 import multiprocessing as mp
 import resource
-import sys
 import time
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from geometry import poincare, sphere  # noqa: E402
-from world_model.attention import ida  # noqa: E402
-from world_model.attention.hida import (  # noqa: E402
+from geometry import poincare, sphere
+from world_model.attention import ida
+from world_model.attention.hida import (
     CHIDA,
     FPHIDA,
     LHIDA,

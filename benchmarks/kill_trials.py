@@ -1,8 +1,8 @@
 """Kill -9 trials: a training run killed at chosen points, resumed, compared with the same run
 uninterrupted.
 
-    python benchmarks/kill_trials.py                       # every trial, the table
-    python benchmarks/kill_trials.py --trials checkpoint-write evaluation --steps 200
+    python -m benchmarks.kill_trials                       # every trial, the table
+    python -m benchmarks.kill_trials --trials checkpoint-write evaluation --steps 200
 
 Each trial starts `agent.train` in a child process with a hook (`--child`) that stops it at one
 point (an env step mid-episode, between two updates, half-way through writing a checkpoint's
@@ -41,8 +41,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "KILL_ME.json"
@@ -183,7 +181,8 @@ def train(argv: list[str], hook: tuple[str, int] | None = None, marker: Path | N
     if hook is None:
         cmd = [sys.executable, "-m", "agent.train", *argv]
     else:
-        cmd = [sys.executable, __file__, "--child", hook[0], str(hook[1]), str(marker), "--", *argv]
+        cmd = [sys.executable, "-m", "benchmarks.kill_trials", "--child", hook[0], str(hook[1]),
+               str(marker), "--", *argv]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     if hook is None:

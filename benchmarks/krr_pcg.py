@@ -6,8 +6,8 @@ with each preconditioner, and report the PCG iterations and the wall time *inclu
 preconditioner's build*, next to torch.linalg.cholesky + cholesky_solve (factorisation
 included). Float64 throughout (tol 1e-6 on a kappa >= 1e4 system is below float32's reach).
 
-    python benchmarks/krr_pcg.py            # n = 64, 256, 1024, 4096 (a few minutes)
-    python benchmarks/krr_pcg.py --quick    # n = 64, 256, 1024, fewer training steps
+    python -m benchmarks.krr_pcg            # n = 64, 256, 1024, 4096 (a few minutes)
+    python -m benchmarks.krr_pcg --quick    # n = 64, 256, 1024, fewer training steps
 
 Problems:
   ill:  rbf kernel (sigma 1) on keys in 16 tight clusters (d = 4, spread 0.1), lam = 1e-3

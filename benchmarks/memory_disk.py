@@ -20,8 +20,8 @@ GeodesicCrossAttention.hamiltonian): the memory's force is not a gradient.
 
 `--env fixed` runs the same on PoincareDisk-v0's one landscape (every episode the same wells).
 
-    python benchmarks/memory_disk.py                 # 3 seeds (~35 min on 2 cores)
-    python benchmarks/memory_disk.py --seeds 1 --updates 100 --models none dense   # a smoke run
+    python -m benchmarks.memory_disk                 # 3 seeds (~35 min on 2 cores)
+    python -m benchmarks.memory_disk --seeds 1 --updates 100 --models none dense   # a smoke run
 
 `--out FILE` keeps each finished (seed, model) result in a JSON file and skips it when rerun with
 the same settings, so an interrupted run resumes where it stopped.
@@ -34,7 +34,6 @@ import dataclasses
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -42,23 +41,20 @@ import geoopt
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from warm_gru import WarmGRU, train_warm_gru, warm_gru_open_loop  # noqa: E402  (this folder)
-from world_model_disk import smooth_actions  # noqa: E402  (the same actions)
-
-from envs.poincare_disk import make_config, sample_start, simulate  # noqa: E402
-from envs.poincare_disk_random import draw_landscape  # noqa: E402
-from world_model.geodesic import (  # noqa: E402
+from benchmarks.warm_gru import WarmGRU, train_warm_gru, warm_gru_open_loop
+from benchmarks.world_model_disk import smooth_actions  # the same actions
+from envs.poincare_disk import make_config, sample_start, simulate
+from envs.poincare_disk_random import draw_landscape
+from world_model.geodesic import (
     ContextConfig,
     GeodesicConfig,
     GeodesicDynamics,
     GeodesicHeadOptions,
     IntegratorConfig,
 )
-from world_model.memory.episodic import MemoryInputs  # noqa: E402
-from world_model.memory.routing import clear_optimizer_rows  # noqa: E402
-from world_model.model import WorldModel, WorldModelConfig  # noqa: E402
+from world_model.memory.episodic import MemoryInputs
+from world_model.memory.routing import clear_optimizer_rows
+from world_model.model import WorldModel, WorldModelConfig
 
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored

@@ -1,9 +1,9 @@
 """The GeoResolver memory modules of seed 000 §6-§11, measured (world_model/memory/): tables for
 HCC, DMG, GSR, HyperGate and associative recall with the unified block.
 
-    python benchmarks/memory_modules.py                   # everything (~5-8 min on 2 shared cores)
-    python benchmarks/memory_modules.py --section dmg     # hcc | dmg | gsr | gate | recall | all
-    python benchmarks/memory_modules.py --quick           # smaller sizes (~1 min)
+    python -m benchmarks.memory_modules                   # everything (~5-8 min on 2 shared cores)
+    python -m benchmarks.memory_modules --section dmg     # hcc | dmg | gsr | gate | recall | all
+    python -m benchmarks.memory_modules --quick           # smaller sizes (~1 min)
 
 What each table is:
 - hcc: keys in the ball (uniform directions, radius uniform in [0, 0.95]); bytes and ratio
@@ -37,23 +37,20 @@ import argparse
 import math
 import sys
 import time
-from pathlib import Path
 
 import geoopt
 import torch
 from torch import nn
 from torch.func import jacrev, vmap
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from geometry import poincare, quantize  # noqa: E402
-from world_model.attention.ida import inverse_distance_attention  # noqa: E402
-from world_model.memory.dmg import DMGConfig, surprise_scan  # noqa: E402
-from world_model.memory.gsr import combine_step, local_step, merge_step, selected_weights  # noqa: E402
-from world_model.memory.hcc import compress, suggested_range  # noqa: E402
-from world_model.memory.hypergate import gate_jacobian_bounds  # noqa: E402
-from world_model.memory.routing import PoolConfig  # noqa: E402
-from world_model.memory.unified import UnifiedBlock, UnifiedConfig  # noqa: E402
+from geometry import poincare, quantize
+from world_model.attention.ida import inverse_distance_attention
+from world_model.memory.dmg import DMGConfig, surprise_scan
+from world_model.memory.gsr import combine_step, local_step, merge_step, selected_weights
+from world_model.memory.hcc import compress, suggested_range
+from world_model.memory.hypergate import gate_jacobian_bounds
+from world_model.memory.routing import PoolConfig
+from world_model.memory.unified import UnifiedBlock, UnifiedConfig
 
 
 def timeit(fn, reps: int = 5) -> float:
@@ -486,7 +483,7 @@ def main(argv=None) -> None:
         args.recall_steps, args.recall_n, args.recall_episodes = 100, [64, 256, 1024], 2
     torch.set_num_threads(1)
     print(
-        "benchmarks/memory_modules.py",
+        "python -m benchmarks.memory_modules",
         " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
     )
     sections = ["hcc", "dmg", "gsr", "recall", "gate"] if args.section == "all" else [args.section]

@@ -2,8 +2,8 @@
 from each start of envs.pendulum_starts.start_grid and averaged over the task's random starts
 (θ ~ U[−π, π], θ̇ ~ U[−1, 1]), printed beside a run's evaluation on the same starts.
 
-    python benchmarks/pendulum_optimum.py                     # the optimum only
-    python benchmarks/pendulum_optimum.py --run runs/<run>    # and the agent on the same starts
+    python -m benchmarks.pendulum_optimum                     # the optimum only
+    python -m benchmarks.pendulum_optimum --run runs/<run>    # and the agent on the same starts
 
 The solver (`finite_horizon_dp`) is backward induction over the 200 steps on a regular grid of
 (θ, θ̇) with bilinear interpolation of the next state's value (θ periodic), minimising over a
@@ -19,13 +19,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from envs.pendulum_starts import start_grid  # noqa: E402
+from envs.pendulum_starts import start_grid
 
 # Pendulum-v1's constants (gymnasium/envs/classic_control/pendulum.py)
 G, M, L, DT, MAX_SPEED, MAX_TORQUE, STEPS = 10.0, 1.0, 1.0, 0.05, 8.0, 2.0, 200

@@ -2,7 +2,7 @@
 `gym.make(id)` and on `envs.make_env(id)`, and stable-baselines3's `evaluate_policy` on a plain
 gymnasium env.
 
-    python benchmarks/sb3_evaluate.py runs/Pendulum-v1__gru__11__<time> [--episodes 10]
+    python -m benchmarks.sb3_evaluate runs/Pendulum-v1__gru__11__<time> [--episodes 10]
 
 Episode k is reset with seed eval_seed + k and planned with a generator seeded the same way in
 every column, so the columns agree episode for episode when `predict` speaks the env's own units
@@ -14,21 +14,16 @@ difference from the agent's own return.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import DummyVecEnv
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
-from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
-
-from agent.episodes import run_episodes  # noqa: E402
-from agent.inspection import load_run  # noqa: E402
-from agent.runs import make_run_env  # noqa: E402
-from envs import make_env  # noqa: E402
+from agent.episodes import run_episodes
+from agent.inspection import load_run
+from agent.runs import make_run_env
+from envs import make_env
 
 
 def by_predict(agent, env: gym.Env, seed: int) -> float:

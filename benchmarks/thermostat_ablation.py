@@ -27,8 +27,8 @@ The true system's row is the same statistics of a second, independent true-syste
 floor that finite samples leave. Energy drift in deterministic conservative rollouts is not a
 comparison here: the learned residual is scaled by c2 lambda(z), zero when the thermostat is.
 
-    python benchmarks/thermostat_ablation.py                  # 3 seeds, ~1 h (resumable: --out)
-    python benchmarks/thermostat_ablation.py --quick          # 1 seed, short training
+    python -m benchmarks.thermostat_ablation                  # 3 seeds, ~1 h (resumable: --out)
+    python -m benchmarks.thermostat_ablation --quick          # 1 seed, short training
 
 Per-seed results are saved in --out as they finish; a rerun skips the seeds already there.
 """
@@ -39,7 +39,6 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,13 +46,9 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # world_model_disk, also when imported
-
-from world_model_disk import build, make_data, open_loop_error, train  # noqa: E402
-
-from envs.poincare_disk import make_config, sample_start, simulate, true_energy  # noqa: E402
-from geometry import poincare  # noqa: E402
+from benchmarks.world_model_disk import build, make_data, open_loop_error, train
+from envs.poincare_disk import make_config, sample_start, simulate, true_energy
+from geometry import poincare
 
 torch.set_num_threads(1)
 

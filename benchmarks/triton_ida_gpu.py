@@ -2,11 +2,11 @@
 against the PyTorch reference (world_model/attention/ida.py) and torch.compile of it, printed
 as tables; the whole run stays inside --budget seconds (default 330, under 6 minutes).
 
-    python benchmarks/triton_ida_gpu.py                 # everything, on a CUDA device
-    python benchmarks/triton_ida_gpu.py --quick         # n <= 4096, d = 64, no sweeps
-    python benchmarks/triton_ida_gpu.py --accuracy-cpu  # distance-form accuracy, no GPU needed
+    python -m benchmarks.triton_ida_gpu                 # everything, on a CUDA device
+    python -m benchmarks.triton_ida_gpu --quick         # n <= 4096, d = 64, no sweeps
+    python -m benchmarks.triton_ida_gpu --accuracy-cpu  # distance-form accuracy, no GPU needed
                                                         # (Triton's interpreter + emulated TF32)
-    python benchmarks/triton_ida_gpu.py --registers     # registers / spills of the kernels for
+    python -m benchmarks.triton_ida_gpu --registers     # registers / spills of the kernels for
                                                         # sm_90 (compiled offline, no GPU)
 
 Without a CUDA device (and without --accuracy-cpu) it prints one line and exits.
@@ -53,7 +53,6 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from world_model.attention import ida, triton_ida  # noqa: E402
 from world_model.attention.triton_ida import KernelConfig  # noqa: E402

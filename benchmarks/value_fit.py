@@ -1,7 +1,7 @@
 """How well each trained agent's world model values the states of real episodes: reward, Q and the
 planner's own 3-step estimate against the Monte Carlo return, on the same trajectories.
 
-    python benchmarks/value_fit.py gru=runs/Pendulum-v1__gru__2__<time> \
+    python -m benchmarks.value_fit gru=runs/Pendulum-v1__gru__2__<time> \
         geodesic=runs/Pendulum-v1__geodesic__2__<time>
 
 Each named run (a folder of `agent.train`) plays `--episodes` deterministic evaluation episodes
@@ -25,17 +25,13 @@ Pendulum seeds 1 and 2, in docs/measurements.md: not into these estimates).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from agent.agent import Agent  # noqa: E402
-from agent.episodes import run_episodes  # noqa: E402
-from agent.inspection import load_run  # noqa: E402
+from agent.agent import Agent
+from agent.episodes import run_episodes
+from agent.inspection import load_run
 
 Trajectory = tuple[np.ndarray, np.ndarray, np.ndarray]  # obs [T+1, O], actions [T, A], rewards [T]
 

@@ -1,8 +1,8 @@
 """Wall-clock to a return: SB3's SAC (defaults) and the agents on Pendulum-v1, seeds 1-3.
 
-    python benchmarks/wall_clock.py                          # SAC, gru, geodesic; seeds 1-3
-    python benchmarks/wall_clock.py --methods sac gru --seeds 1 2 --target -200
-    python benchmarks/wall_clock.py --out benchmarks/results/wall_clock_1  # resume that folder
+    python -m benchmarks.wall_clock                          # SAC, gru, geodesic; seeds 1-3
+    python -m benchmarks.wall_clock --methods sac gru --seeds 1 2 --target -200
+    python -m benchmarks.wall_clock --out benchmarks/results/wall_clock_1  # resume that folder
 
 Every (method, seed) trains one after the other in this process, with one torch thread for all,
 and is evaluated every `--every` env steps on the same `--episodes` episodes (agent.compare's
@@ -20,18 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from agent.comparison.config import CompareConfig  # noqa: E402
-from agent.comparison.results import PointResult  # noqa: E402
-from agent.comparison.runner import train_agent, train_sac  # noqa: E402
-from agent.runs import fresh_dir  # noqa: E402
+from agent.comparison.config import CompareConfig
+from agent.comparison.results import PointResult
+from agent.comparison.runner import train_agent, train_sac
+from agent.runs import fresh_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -115,7 +112,7 @@ def table(results: list[dict], methods: list[str], target: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/wall_clock.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.wall_clock", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--env", default="Pendulum-v1")
     parser.add_argument("--methods", nargs="+", default=["sac", "gru", "geodesic"])

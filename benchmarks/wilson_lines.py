@@ -1,7 +1,7 @@
 """Node 67 against cost for every Wilson-line mode and segment count, on one trained run.
 
-    python benchmarks/wilson_lines.py runs/Pendulum-v1__geodesic__1__1760000000
-    python benchmarks/wilson_lines.py RUN_DIR --modes exp:1 magnus4:2 magnus4:4 --rounds 7
+    python -m benchmarks.wilson_lines runs/Pendulum-v1__geodesic__1__1760000000
+    python -m benchmarks.wilson_lines RUN_DIR --modes exp:1 magnus4:2 magnus4:4 --rounds 7
 
 The run's agent is loaded once; for each mode the heads' `wilson` and `segments` are switched
 in place (the connection and every other parameter stay the trained ones), and seed 003's nodes
@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from agent.inspection import geometric_diagnostics, load_run  # noqa: E402
-from agent.run_records import sample_batch  # noqa: E402
-from benchmarks.agent_step_cost import plan_calls, time_calls  # noqa: E402
-from world_model.attention.covariant import CovariantAttention  # noqa: E402
+from agent.inspection import geometric_diagnostics, load_run
+from agent.run_records import sample_batch
+from benchmarks.agent_step_cost import plan_calls, time_calls
+from world_model.attention.covariant import CovariantAttention
 
 DEFAULT_MODES = (
     "exp:1",
@@ -59,7 +55,7 @@ def parse_mode(text: str) -> tuple[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/wilson_lines.py", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.wilson_lines", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("run", metavar="RUN_DIR")
     parser.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), metavar="MODE:S")

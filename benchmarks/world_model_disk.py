@@ -19,8 +19,8 @@ exactly), its drift the exact geodesic flow (no correction head), and its potent
 head's read-out plus 32 learned Gaussian wells in hyperbolic distance (--potential-wells 0: the
 read-out alone; the disk's own potential is a sum of such wells, see the README).
 
-    python benchmarks/world_model_disk.py            # 3 seeds (about 45 minutes on one core)
-    python benchmarks/world_model_disk.py --quick    # 1 seed, short training (a few minutes)
+    python -m benchmarks.world_model_disk            # 3 seeds (about 45 minutes on one core)
+    python -m benchmarks.world_model_disk --quick    # 1 seed, short training (a few minutes)
 """
 
 from __future__ import annotations
