@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from agent.agent import Agent
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL
 from agent.comparison.config import CompareConfig
 from agent.comparison.prediction import HORIZON
@@ -60,15 +61,23 @@ def test_replay_is_whole_seeded_episodes_that_replay_to_the_same_observations():
     env.close()
 
 
-def test_a_row_trains_its_agent_and_reports_its_open_loop_error():
+def test_a_row_trains_its_agent_and_reports_its_open_loop_error(monkeypatch):
+    """The row's agent is trained: after its 3 updates its open-loop error is below that of the
+    same row with every update a no-op (the same seed's untrained agent, through the same
+    run_row), at every horizon and by more than 3% (measured: 9-12% lower)."""
     compare = CompareConfig(env_id=ENV, world_models=("gru",), sac=False, overrides=SMALL)
     config = compare.run_config("gru", 1)
     train, held_out = collect(config, 1, 1), collect(config, 99, 1)
-    result = run_row(compare, "gru", 1, train, held_out, SimpleNamespace(updates=2))
+    args = SimpleNamespace(updates=3)
+    result = run_row(compare, "gru", 1, train, held_out, args)
     assert len(result["error"]) == HORIZON
     assert result["at1"] == result["error"][0] and result["at50"] == result["error"][-1]
     assert result["mean"] == pytest.approx(np.mean(result["error"]))
     assert all(np.isfinite(result["error"])) and result["update_ms"] > 0
+    with monkeypatch.context() as patch:
+        patch.setattr(Agent, "update", lambda self: {})
+        untrained = run_row(compare, "gru", 1, train, held_out, args)
+    assert np.all(np.array(result["error"]) < 0.97 * np.array(untrained["error"]))
 
 
 def test_the_figure_labels_only_the_rows_that_differ_from_the_full_model(tmp_path):
