@@ -172,8 +172,8 @@ def parse_value(text: str, tp: Any) -> Any:
                 return float(text)
             except ValueError:
                 pass
-        elif option is str:
-            return text
+        elif option is str or typing.get_origin(option) is typing.Literal:
+            return text  # a Literal's choices are checked by the config's own __post_init__
     raise ValueError(f"{text!r} is not {_metavar(tp).lower().replace('|', ' or ')}")
 
 

@@ -232,6 +232,8 @@ def _type_ok(tp: Any, value: Any) -> bool:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if tp is str:
         return isinstance(value, str)
+    if origin is typing.Literal:  # the choices are checked by the config's own __post_init__
+        return all(isinstance(value, type(arg)) for arg in typing.get_args(tp))
     return True
 
 
@@ -251,6 +253,8 @@ def _range_problem(value: Any) -> str | None:
 def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) is typing.Literal:
+        return " or ".join(sorted({type(a).__name__ for a in typing.get_args(tp)}))
     return "null" if tp is type(None) else getattr(tp, "__name__", str(tp))
 
 

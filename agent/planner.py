@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -34,6 +35,7 @@ from torch import Tensor
 from agent.guard import NonFiniteError, check_actions
 from world_model.memory.episodic import MemoryInputs
 from world_model.model import LatentState, WorldModel
+from world_model.options import check_choices
 
 __all__ = [
     "PlannerConfig",
@@ -44,8 +46,6 @@ __all__ = [
     "plan_batch",
 ]
 
-METHODS = ("mppi", "cem")
-
 
 @dataclass
 class PlannerConfig:
@@ -53,7 +53,7 @@ class PlannerConfig:
     256 samples and 4 iterations instead of 512 and 6, so that one plan takes ~25 ms of one CPU
     core (512 x 6: 62 ms, measured) and the agent plans at >= 30 Hz."""
 
-    method: str = "mppi"
+    method: Literal["mppi", "cem"] = "mppi"
     """mppi (softmax-weighted elites) or cem (equally weighted elites)"""
     horizon: int = 3
     """planning horizon in env steps (the terminal value covers the rest)"""
@@ -74,8 +74,7 @@ class PlannerConfig:
     """initial (and largest) sampling standard deviation"""
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"PlannerConfig.method must be one of {METHODS}, got {self.method!r}")
+        check_choices(self, "PlannerConfig")
         for name in ("horizon", "iterations", "num_samples", "num_elites"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):

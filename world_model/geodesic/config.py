@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from world_model.attention.covariant import CovariantAttentionConfig, HeadOptions
 from world_model.layers import ACTIVATIONS
-from world_model.memory.episodic import MEMORY_OPERATORS
+from world_model.memory.episodic import MemoryOperator
 from world_model.model import DynamicsConfig
+from world_model.options import check_choices
 
 __all__ = [
     "GeodesicConfig",
@@ -35,12 +36,12 @@ __all__ = [
 
 MACRO, TEXTURE = 0, 1  # context levels: kick heads query the macro level, drift heads texture
 N_LEVELS = 2
-_ENCODERS = ("mlp", "linear", "identity")
-_DRIFTS = ("geodesic", "euclidean")
-_FORCES = ("potential", "field")
-_CONTROLS = ("linear", "mlp")
-_POTENTIAL_GRADIENTS = ("closed_form", "autograd")
-_ROUTINGS = ("dense", "gsr")
+Encoder = Literal["mlp", "linear", "identity"]
+Drift = Literal["geodesic", "euclidean"]
+Force = Literal["potential", "field"]
+Control = Literal["linear", "mlp"]
+PotentialGradient = Literal["closed_form", "autograd"]
+Routing = Literal["dense", "gsr"]
 
 
 def _at_least(where: str, obj: Any, names: tuple[str, ...], low: int) -> None:
@@ -48,11 +49,6 @@ def _at_least(where: str, obj: Any, names: tuple[str, ...], low: int) -> None:
         value = getattr(obj, name)
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
             raise ValueError(f"{where}.{name} must be an integer >= {low}, got {value!r}")
-
-
-def _one_of(where: str, obj: Any, name: str, allowed: tuple[str, ...]) -> None:
-    if getattr(obj, name) not in allowed:
-        raise ValueError(f"{where}.{name} must be one of {allowed}, got {getattr(obj, name)!r}")
 
 
 @dataclass
@@ -69,16 +65,16 @@ class IntegratorConfig:
 
     dt: float = 1.0
     """latent time step h of one environment step"""
-    force: str = "potential"
+    force: Force = "potential"
     """kick force: 'potential' (-grad Phi of the kick head's scalar read-out: conservative) or
     'field' (the head's output is the force itself, Prop 101 read literally: can pump energy)"""
-    potential_gradient: str = "closed_form"
+    potential_gradient: PotentialGradient = "closed_form"
     """how force = 'potential' differentiates Phi: 'closed_form' (no backward pass through the
     head; autograd where a head has none) or 'autograd' (the reference) (docs/measurements.md)"""
     drift_correction: bool = True
     """the drift head corrects the geodesic velocity (Prop 102), read once per step; False: the
     exact geodesic flow. Needed on Pendulum-v1, not on PoincareDisk-v0 (docs/measurements.md)"""
-    drift: str = "geodesic"
+    drift: Drift = "geodesic"
     """A step: 'geodesic' (exp map + parallel transport) or 'euclidean' (z += t G^-1 p at fixed p,
     the seed listing's step without the geodesic term: an ablation)"""
     friction: float = 0.1
@@ -96,17 +92,14 @@ class IntegratorConfig:
     (geometry.potentials.gaussian_wells; closed-form, conservative); 0: none"""
     well_width: float = 0.5
     """initial hyperbolic width w_j of the potential wells"""
-    control: str = "mlp"
+    control: Control = "mlp"
     """control force, zero without action: 'linear' (F = W a) or 'mlp' (F = (W + M(z)) a, the
     gain M an MLP of (z, log_0 z))"""
 
     def __post_init__(self) -> None:
         where = "GeodesicConfig.integrator"
         _at_least(where, self, ("potential_wells",), 0)
-        _one_of(where, self, "force", _FORCES)
-        _one_of(where, self, "potential_gradient", _POTENTIAL_GRADIENTS)
-        _one_of(where, self, "drift", _DRIFTS)
-        _one_of(where, self, "control", _CONTROLS)
+        check_choices(self, where)
         for name in ("dt", "well_width"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -124,7 +117,7 @@ class ContextConfig:
 
     prototypes: int = 64
     """prototypes M in the macro-level pool (under routing 'gsr': those active at the start)"""
-    routing: str = "dense"
+    routing: Routing = "dense"
     """the macro level: 'dense' reads the fixed table of `prototypes` whole; 'gsr' reads a pool
     of `pool_capacity` rows grown by DMG, each rollout the `route_k` prototypes GSR routes its
     root to (world_model/memory/routed_prototypes.py)"""
@@ -150,7 +143,7 @@ class ContextConfig:
     """feed grad_z V (the agent's value estimate at the rollout's root) to the chiral projector
     (seed 003 Def 285); False: no projector, no chiral gate, kappa never trained (the chirality
     switch, `agent.train --chirality on|off`)"""
-    memory: str = "none"
+    memory: MemoryOperator = "none"
     """HIDA episodic memory (world_model/memory/episodic.py): the kick reads this episode's
     empirical residual forces with the operator 'dense', 'fp', 'l' or 'c' (seed 000 M1-M4;
     'dense' measured best: docs/measurements.md); 'none': no memory"""
@@ -166,7 +159,7 @@ class ContextConfig:
         positive = ("prototypes", "feature_dim", "memory_capacity", "memory_anchors")
         routed = ("pool_capacity", "route_k", "prune_idle", "spawn_window")
         _at_least(where, self, positive + routed, 1)
-        _one_of(where, self, "routing", _ROUTINGS)
+        check_choices(self, where)
         if self.routing == "gsr" and not self.route_k <= self.prototypes <= self.pool_capacity:
             raise ValueError(
                 f"{where}: routing 'gsr' needs route_k <= prototypes <= pool_capacity, got "
@@ -175,7 +168,6 @@ class ContextConfig:
         if not (math.isfinite(self.spawn_sigmas) and self.spawn_sigmas > 0):
             raise ValueError(f"{where}.spawn_sigmas must be > 0, got {self.spawn_sigmas!r}")
         _at_least(where, self, ("window",), 0)
-        _one_of(where, self, "memory", MEMORY_OPERATORS)
         if not (math.isfinite(self.memory_eps) and self.memory_eps > 0):
             raise ValueError(f"{where}.memory_eps must be > 0, got {self.memory_eps!r}")
         if not (math.isfinite(self.prototype_init_scale) and self.prototype_init_scale > 0):
@@ -189,7 +181,7 @@ class GeodesicConfig(DynamicsConfig):
     latent_dim: int = 16
     """dimension d of the ball (and of the momentum); 16 learned faster than 8 on Pendulum-v1
     (docs/measurements.md)"""
-    encoder: str = "mlp"
+    encoder: Encoder = "mlp"
     """obs -> (z, p): 'mlp' (z = exp_0(u), p = lambda(z) m), 'linear' (affine, projected into the
     ball) or 'identity' (the observation is (z, p) itself, obs_dim = 2 latent_dim)"""
     encoder_dim: int = 128
@@ -210,7 +202,7 @@ class GeodesicConfig(DynamicsConfig):
     def __post_init__(self):
         _at_least("GeodesicConfig", self, ("latent_dim", "encoder_dim"), 1)
         _at_least("GeodesicConfig", self, ("encoder_layers",), 0)
-        _one_of("GeodesicConfig", self, "encoder", _ENCODERS)
+        check_choices(self, "GeodesicConfig")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"GeodesicConfig.activation must be one of {sorted(ACTIVATIONS)}")
         if not 0.0 < self.max_norm < 1.0:

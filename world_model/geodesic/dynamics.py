@@ -58,6 +58,64 @@ class GeodesicState(LatentState):
         return out
 
 
+# GeodesicConfig.encoder: obs [B, O] -> (u, m) [B, 2d], and (u, m) -> the state (z, p). 'mlp':
+# z = exp_0(u), p = lambda(z) m; 'linear' and 'identity': z = u projected into the ball, p = m.
+_ENCODERS: dict[str, Callable[[int, GeodesicConfig], nn.Module]] = {
+    "mlp": lambda obs_dim, cfg: mlp(
+        obs_dim, [cfg.encoder_dim] * cfg.encoder_layers, 2 * cfg.latent_dim, cfg.activation
+    ),
+    "linear": lambda obs_dim, cfg: nn.Linear(obs_dim, 2 * cfg.latent_dim),
+    "identity": lambda obs_dim, cfg: nn.Identity(),
+}
+
+
+def _exp_state(u: Tensor, m: Tensor, max_norm: float) -> GeodesicState:
+    z = poincare.project(poincare.expmap0(u), max_norm)
+    return GeodesicState(z, poincare.conformal_factor(z) * m)
+
+
+def _projected_state(u: Tensor, m: Tensor, max_norm: float) -> GeodesicState:
+    return GeodesicState(poincare.project(u, max_norm), m)
+
+
+_ENCODED: dict[str, Callable[[Tensor, Tensor, float], GeodesicState]] = {
+    "mlp": _exp_state,
+    "linear": _projected_state,
+    "identity": _projected_state,
+}
+
+
+def _routed_pool(cfg: GeodesicConfig) -> RoutedPrototypePool:
+    banks = cfg.context
+    return RoutedPrototypePool(
+        cfg.latent_dim,
+        RoutedPoolConfig(
+            capacity=banks.pool_capacity,
+            initial=banks.prototypes,
+            k=banks.route_k,
+            feature_dim=banks.feature_dim,
+            init_scale=banks.prototype_init_scale,
+            spawn_sigmas=banks.spawn_sigmas,
+            window=banks.spawn_window,
+            prune_idle=banks.prune_idle,
+            max_norm=cfg.max_norm,
+        ),
+    )
+
+
+# ContextConfig.routing: the macro level's prototypes, a fixed table read whole ('dense') or a
+# DMG-grown pool that GSR routes each root to ('gsr')
+_POOLS: dict[str, Callable[[GeodesicConfig], PrototypePool | RoutedPrototypePool]] = {
+    "dense": lambda cfg: PrototypePool(
+        cfg.latent_dim,
+        PrototypeConfig(
+            cfg.context.prototypes, cfg.context.feature_dim, cfg.context.prototype_init_scale
+        ),
+    ),
+    "gsr": _routed_pool,
+}
+
+
 class GeodesicDynamics(Dynamics):
     """The geodesic world model's latent dynamics (module docstring; world_model/geodesic)."""
 
@@ -74,35 +132,9 @@ class GeodesicDynamics(Dynamics):
                 f"GeodesicConfig.encoder='identity' needs obs_dim = 2 * latent_dim = {2 * d}, "
                 f"got obs_dim = {obs_dim}"
             )
-        if cfg.encoder == "identity":
-            self.encoder = nn.Identity()
-        elif cfg.encoder == "mlp":
-            self.encoder = mlp(
-                obs_dim, [cfg.encoder_dim] * cfg.encoder_layers, 2 * d, cfg.activation
-            )
-        else:
-            self.encoder = nn.Linear(obs_dim, 2 * d)
+        self.encoder = _ENCODERS[cfg.encoder](obs_dim, cfg)
+        self.prototypes: PrototypePool | RoutedPrototypePool = _POOLS[cfg.context.routing](cfg)
         banks = cfg.context
-        self.prototypes: PrototypePool | RoutedPrototypePool
-        if banks.routing == "gsr":
-            self.prototypes = RoutedPrototypePool(
-                d,
-                RoutedPoolConfig(
-                    capacity=banks.pool_capacity,
-                    initial=banks.prototypes,
-                    k=banks.route_k,
-                    feature_dim=banks.feature_dim,
-                    init_scale=banks.prototype_init_scale,
-                    spawn_sigmas=banks.spawn_sigmas,
-                    window=banks.spawn_window,
-                    prune_idle=banks.prune_idle,
-                    max_norm=cfg.max_norm,
-                ),
-            )
-        else:
-            self.prototypes = PrototypePool(
-                d, PrototypeConfig(banks.prototypes, banks.feature_dim, banks.prototype_init_scale)
-            )
         self.window = TrajectoryWindow(d, banks.feature_dim, TEXTURE) if banks.window > 0 else None
         self.history_length = banks.window  # the agent hands the last `window` observations
         # and the episode's last `memory_capacity` transitions, for the episodic memory
@@ -118,13 +150,7 @@ class GeodesicDynamics(Dynamics):
         if obs.dim() != 2:
             raise ValueError(f"GeodesicDynamics.encode expects obs [B, O], got {tuple(obs.shape)}")
         u, m = self.encoder(obs).chunk(2, dim=-1)  # [B, d] each
-        if self.config.encoder == "identity":
-            return GeodesicState(poincare.project(u, self.config.max_norm), m)
-        if self.config.encoder == "mlp":
-            z = poincare.expmap0(u)
-            z = poincare.project(z, self.config.max_norm)
-            return GeodesicState(z, poincare.conformal_factor(z) * m)
-        return GeodesicState(poincare.project(u, self.config.max_norm), m)
+        return _ENCODED[self.config.encoder](u, m, self.config.max_norm)
 
     def observation(self, state: GeodesicState) -> Tensor:
         """(z, p) [B, 2d]: the observation itself under the identity encoder (exact_observation;

@@ -24,8 +24,9 @@ residuals. F_mem is not the gradient of any potential: with it the kick is non-c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -41,9 +42,9 @@ from world_model.attention.hida import (
     LHIDAConfig,
 )
 
-__all__ = ["MEMORY_OPERATORS", "MemoryInputs", "MemoryBank", "EpisodicMemory", "empirical_residual"]
+__all__ = ["MemoryOperator", "MemoryInputs", "MemoryBank", "EpisodicMemory", "empirical_residual"]
 
-MEMORY_OPERATORS = ("none", "dense", "fp", "l", "c")
+MemoryOperator = Literal["none", "dense", "fp", "l", "c"]  # none: no memory (ContextConfig.memory)
 
 
 @dataclass
@@ -106,23 +107,24 @@ def empirical_residual(p: Tensor, p_next: Tensor, kick: Tensor, dt: float) -> Te
     return (p_next - p) / dt - kick
 
 
-def _operator(name: str, eps: float, dim: int, anchors: int) -> nn.Module:
-    """The HIDA operator `name` on the Poincare ball, without per-call input checks (the model's
-    own states are inside the ball; MemoryInputs checks shapes once). `anchors`: L's anchors
-    and C's summaries."""
-    if name == "dense":
-        return DenseHIDA(DenseHIDAConfig(eps=eps, fused=False, check_inputs=False))
-    if name == "fp":  # the query stands after the newest entry: the memory's time order
-        return FPHIDA(FPHIDAConfig(eps=eps, query_time="now", check_inputs=False))
-    if name == "l":
-        return LHIDA(LHIDAConfig(n_anchors=anchors, dim=dim, eps=eps, check_inputs=False))
-    if name == "c":
-        return CHIDA(
-            CHIDAConfig(
-                n_summaries=anchors, key_dim=dim, value_dim=dim, eps=eps, check_inputs=False
-            )
-        )
-    raise ValueError(f"memory operator must be one of {MEMORY_OPERATORS[1:]}, got {name!r}")
+# The HIDA operators on the Poincare ball, (eps, dim, anchors) -> module, without per-call input
+# checks (the model's own states are inside the ball; MemoryInputs checks shapes once).
+# `anchors`: L's anchors and C's summaries.
+_OPERATORS: dict[str, Callable[[float, int, int], nn.Module]] = {
+    "dense": lambda eps, dim, anchors: DenseHIDA(
+        DenseHIDAConfig(eps=eps, fused=False, check_inputs=False)
+    ),
+    # the query stands after the newest entry: the memory's time order
+    "fp": lambda eps, dim, anchors: FPHIDA(
+        FPHIDAConfig(eps=eps, query_time="now", check_inputs=False)
+    ),
+    "l": lambda eps, dim, anchors: LHIDA(
+        LHIDAConfig(n_anchors=anchors, dim=dim, eps=eps, check_inputs=False)
+    ),
+    "c": lambda eps, dim, anchors: CHIDA(
+        CHIDAConfig(n_summaries=anchors, key_dim=dim, value_dim=dim, eps=eps, check_inputs=False)
+    ),
+}
 
 
 class EpisodicMemory(nn.Module):
@@ -133,7 +135,11 @@ class EpisodicMemory(nn.Module):
     def __init__(self, operator: str, dim: int, eps: float = 1e-3, anchors: int = 16):
         super().__init__()
         self.operator_name = operator
-        self.operator = _operator(operator, eps, dim, anchors)
+        if operator not in _OPERATORS:
+            raise ValueError(
+                f"memory operator must be one of {tuple(_OPERATORS)}, got {operator!r}"
+            )
+        self.operator = _OPERATORS[operator](eps, dim, anchors)
         self.gate = nn.Parameter(torch.zeros(()))  # 0: the memory-free model at the start
 
     def forward(self, z: Tensor, bank: MemoryBank) -> Tensor:
