@@ -59,7 +59,7 @@ from agent.figure_episodes import (
     head_pass,
 )
 from agent.run_records import read_scalar_series, sample_batch
-from geometry import gauge, poincare
+from geometry import poincare, wilson_lines
 from geometry.doublet import chiral_gate, realified_to_doublet
 from world_model.attention.context import MACRO_LEVEL, ContextBank
 from world_model.attention.covariant import AttentionRecord, CovariantAttention, CovariantQueries
@@ -202,7 +202,7 @@ class WilsonData:
 def wilson_sweep(
     heads: HeadPass,
     integ: Any,
-    modes: tuple[str, ...] = gauge.WILSON_MODES,
+    modes: tuple[str, ...] = wilson_lines.WILSON_MODES,
     segments: tuple[int, ...] = SEGMENTS,
 ) -> WilsonData:
     """gauge_invariance_check for every mode and segment count on the states and banks of

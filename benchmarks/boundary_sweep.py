@@ -2,8 +2,8 @@
 attention operator (issue 26, deliverable 4), counting non-finite values and gradients.
 
     python -m benchmarks.boundary_sweep                      # 10^6 inputs per row
-    python -m benchmarks.boundary_sweep --inputs 100000 --seed 1 --only geodesic gauge.
-    python -m benchmarks.boundary_sweep --skip "gauge.wilson_line[" gauge_omega geodesic
+    python -m benchmarks.boundary_sweep --inputs 100000 --seed 1 --only geodesic wilson_lines.
+    python -m benchmarks.boundary_sweep --skip "wilson_lines.wilson_line[" gauge_omega geodesic
 
 The rows, the draws and the checks are the Hypothesis tests' (tests/geometry/
 test_boundary_fuzz.py: points with |z| = 1 - 10^-u up to 1 - 1e-5, tangent vectors from 1e-8

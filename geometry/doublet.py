@@ -1,8 +1,9 @@
 """The realified field layout of seed 003's covariant head, as pure functions on tensors.
 
 A gauge field psi [..., k] is the realification (Re psi, Im psi) of psi in
-C^{N_f} (x) C^2 (x) C^m (geometry.gauge's layout, k = 4 N_f m): C^{N_f} the colour slot, C^2 the
-SU(2)_L doublet slot (Def 284), C^m the channels. This module holds what acts on that layout:
+C^{N_f} (x) C^2 (x) C^m (geometry.lie_algebra's layout, k = 4 N_f m): C^{N_f} the colour slot,
+C^2 the SU(2)_L doublet slot (Def 284), C^m the channels. This module holds what acts on that
+layout:
 
 - the doublet view and its inverse (:func:`realified_to_doublet`, :func:`doublet_to_realified`);
 - a group element given in the minimal representation R^{4 N_f}, applied channel by channel
@@ -25,7 +26,7 @@ import itertools
 import torch
 from torch import Tensor
 
-from .gauge import realify
+from .lie_algebra import realify
 
 __all__ = [
     "bilinear",
@@ -63,7 +64,7 @@ def low_rank_bilinear(u: Tensor, v: Tensor, a: Tensor, b: Tensor) -> Tensor:
 def apply_in_channels(u: Tensor, psi: Tensor) -> Tensor:
     """(U (x) I_m) psi: a gauge-group element U [..., r, r] given in the minimal representation
     R^r = realified C^{N_f} (x) C^2, acting on psi [..., d_k] in the realification of
-    C^{N_f} (x) C^2 (x) C^m (d_k = r m, geometry.gauge's layout). In that layout
+    C^{N_f} (x) C^2 (x) C^m (d_k = r m, geometry.lie_algebra's layout). In that layout
     psi.reshape(..., r, m) has one realified copy of C^{N_f} (x) C^2 per column, so the action is
     one [r, r] x [r, m] product. Returns [..., d_k]."""
     r = u.shape[-1]
@@ -111,9 +112,9 @@ def masked_softmax(logits: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def realified_to_doublet(x: Tensor, n_colors: int) -> Tensor:
-    """x [..., k] = (Re psi, Im psi) with psi in C^{N_f} (x) C^2 (x) C^m (geometry.gauge's layout)
-    -> psi [..., N_f, 2, m] complex; the SU(2)_L generators act on the middle (doublet) axis
-    (seed 003 Def 284)."""
+    """x [..., k] = (Re psi, Im psi) with psi in C^{N_f} (x) C^2 (x) C^m
+    (geometry.lie_algebra's layout) -> psi [..., N_f, 2, m] complex; the SU(2)_L generators act
+    on the middle (doublet) axis (seed 003 Def 284)."""
     half = x.shape[-1] // 2
     psi = torch.complex(x[..., :half], x[..., half:])
     return psi.reshape(*x.shape[:-1], n_colors, 2, -1)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from geometry import gauge
+from geometry import gauge_transforms, lie_algebra
 from geometry.doublet import apply_in_channels
 
 from .attention.context import MACRO_LEVEL, ContextBank
@@ -136,7 +136,7 @@ def gauge_invariance_check(
     """Node 67: Delta_gauge = max_Omega max |s(z, z') - s_Omega(z, z')|  (seed 003 Thm 98).
 
     For each of `n_transforms` random smooth gauge fields Omega(z) of the head's gauge group
-    (geometry.gauge.random_gauge_field with unit couplings, in the head's minimal
+    (geometry.gauge_transforms.random_gauge_field with unit couplings, in the head's minimal
     representation and acting on every channel alike; `scale` sets how fast it varies)
     the *connection* is transformed, A -> Omega A Omega^T + Omega dOmega^T, the Wilson lines are
     recomputed from it, the local fields are rotated at their own points, psi -> Omega(z) psi,
@@ -145,7 +145,7 @@ def gauge_invariance_check(
     """
     cfg = head.config
     dtype = head.connection_c0.dtype
-    group = gauge.gauge_generators(
+    group = lie_algebra.gauge_generators(
         head.rep_dim, cfg.options.n_colors, cfg.options.hypercharge, dtype=torch.float64
     )
     group = group.stacked(1.0, 1.0, 1.0).to(dtype=dtype, device=head.connection_c0.device)
@@ -159,15 +159,17 @@ def gauge_invariance_check(
         conn = head.connection()
         worst = 0.0
         for _ in range(n_transforms):
-            omega_field = gauge.random_gauge_field(group, cfg.d, n_factors, scale, generator)
+            omega_field = gauge_transforms.random_gauge_field(
+                group, cfg.d, n_factors, scale, generator
+            )
 
             def rotate(positions: Tensor, psi: Tensor, f=omega_field) -> Tensor:
-                return apply_in_channels(gauge.gauge_omega(f, positions), psi)
+                return apply_in_channels(gauge_transforms.gauge_omega(f, positions), psi)
 
             moved = head.scores(
                 queries,
                 context,
-                connection=gauge.gauge_transform_connection(conn, omega_field),
+                connection=gauge_transforms.gauge_transform_connection(conn, omega_field),
                 field_map=rotate,
             )
             dev = (moved - base).abs().masked_fill(~valid, 0.0)

@@ -123,7 +123,7 @@ def references(cell: str) -> list[str]:
 
 
 def _module_path(dotted: str) -> tuple[Path | None, str]:
-    """`geometry.gauge.group_exp_vjp` -> (geometry/gauge.py, "group_exp_vjp")."""
+    """`geometry.wilson_lines.cell_centers` -> (geometry/wilson_lines.py, "cell_centers")."""
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         base = ROOT.joinpath(*parts[:cut])

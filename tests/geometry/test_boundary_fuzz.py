@@ -28,7 +28,19 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 import geometry
-from geometry import doublet, gauge, langevin, potentials, quantize, screening, sphere, su2
+from geometry import (
+    doublet,
+    gauge_transforms,
+    group_exponential,
+    langevin,
+    lie_algebra,
+    potentials,
+    quantize,
+    screening,
+    sphere,
+    su2,
+    wilson_lines,
+)
 from geometry import poincare as P
 
 F32 = torch.float32
@@ -263,8 +275,8 @@ def failures(case: Case, flags: Flags, draw: Draw) -> str:
 
 # =========================================================================== the rows
 
-GROUP = gauge.GaugeGroup(n_colors=2, g_s=1.0, g_2=0.5, g_1=0.3)  # r = 8, G = 7
-GROUP3 = gauge.GaugeGroup(n_colors=3, g_s=1.0, g_2=0.5, g_1=0.3)  # the matrix-exp branch
+GROUP = lie_algebra.GaugeGroup(n_colors=2, g_s=1.0, g_2=0.5, g_1=0.3)  # r = 8, G = 7
+GROUP3 = lie_algebra.GaugeGroup(n_colors=3, g_s=1.0, g_2=0.5, g_1=0.3)  # the matrix-exp branch
 N_COLORS, K_FIELD = 2, 16  # doublet layout: C^2 (x) C^2 (x) C^2, realified
 SEGMENTS = 4
 GENERIC_SEGMENTS = 2  # the matrix-exponential paths (node 67's): a few x the closed forms' cost
@@ -282,14 +294,14 @@ def norm_at_most(bound: float, which: int = 0):
     return holds
 
 
-def _connection(i: Leaves, group: gauge.GaugeGroup = GROUP):
+def _connection(i: Leaves, group: lie_algebra.GaugeGroup = GROUP):
     gens = group.generators(F32)
     c0 = i.param(D, gens.shape[0], scale=0.5)
     c1 = i.param(D, D, gens.shape[0], scale=0.5)
-    return gauge.affine_connection(gens, c0, c1), c0, c1
+    return wilson_lines.affine_connection(gens, c0, c1), c0, c1
 
 
-def _coeffs(i: Leaves, group: gauge.GaugeGroup = GROUP) -> tuple[Tensor, Tensor]:
+def _coeffs(i: Leaves, group: lie_algebra.GaugeGroup = GROUP) -> tuple[Tensor, Tensor]:
     n = group.n_generators
     return i.param(D, n, scale=0.5), i.param(D, D, n, scale=0.5)
 
@@ -297,13 +309,15 @@ def _coeffs(i: Leaves, group: gauge.GaugeGroup = GROUP) -> tuple[Tensor, Tensor]
 def _pieces(i: Leaves, mode: str) -> tuple[Tensor, Tensor, Tensor]:
     """(p, q, pieces [S, B, G]) of U_{x->0} for the affine connection."""
     c0, c1 = _coeffs(i)
-    p, q = gauge.affine_endpoint_coefficients(c0, c1, i.x)
-    return p, q, gauge.affine_segment_exponents(GROUP, p, q, mode, SEGMENTS)
+    p, q = wilson_lines.affine_endpoint_coefficients(c0, c1, i.x)
+    return p, q, wilson_lines.affine_segment_exponents(GROUP, p, q, mode, SEGMENTS)
 
 
 def _field(i: Leaves):
     gens = GROUP.generators(F32)
-    return gauge.random_gauge_field(gens, D, 2, generator=torch.Generator().manual_seed(3))
+    return gauge_transforms.random_gauge_field(
+        gens, D, 2, generator=torch.Generator().manual_seed(3)
+    )
 
 
 def _projector(i: Leaves) -> Tensor:
@@ -344,8 +358,8 @@ def _roundtrip_contract(_i: Leaves, outs: tuple[Tensor, ...]) -> Tensor:
 
 def _lines_via_origin(i: Leaves) -> Tensor:
     conn = _connection(i)[0]
-    u_x, u_y = (gauge.wilson_line_to_origin(conn, z, "exp") for z in (i.x, i.y))
-    return gauge.compose_via_origin(u_x, u_y)
+    u_x, u_y = (wilson_lines.wilson_line_to_origin(conn, z, "exp") for z in (i.x, i.y))
+    return wilson_lines.compose_via_origin(u_x, u_y)
 
 
 def _pair_products(i: Leaves) -> tuple[Tensor, Tensor]:
@@ -371,25 +385,27 @@ def _weighted_area_grad(i: Leaves) -> tuple[Tensor, Tensor]:
 def _segment_vjp(i: Leaves) -> tuple[Tensor, Tensor]:
     p, q, _ = _pieces(i, "magnus4")
     grad = i.lift(i.w, 7).expand(SEGMENTS, -1, -1)  # [S, B, G]
-    return gauge.affine_segment_exponents_vjp(GROUP, p, q, "magnus4", SEGMENTS, grad)
+    return wilson_lines.affine_segment_exponents_vjp(GROUP, p, q, "magnus4", SEGMENTS, grad)
 
 
 def _segmented_line(i: Leaves) -> tuple[Tensor, Tensor]:
-    line, prefixes = gauge.segmented_group_line(GROUP, _pieces(i, "magnus4")[2])
+    line, prefixes = wilson_lines.segmented_group_line(GROUP, _pieces(i, "magnus4")[2])
     return line, prefixes.movedim(0, 1)
 
 
 def _segmented_line_vjp(i: Leaves) -> Tensor:
     pieces = _pieces(i, "magnus4")[2]
-    _, prefixes = gauge.segmented_group_line(GROUP, pieces)
-    return gauge.segmented_group_line_vjp(GROUP, pieces, prefixes, i.lift(i.w, 7)).movedim(0, 1)
+    _, prefixes = wilson_lines.segmented_group_line(GROUP, pieces)
+    return wilson_lines.segmented_group_line_vjp(GROUP, pieces, prefixes, i.lift(i.w, 7)).movedim(
+        0, 1
+    )
 
 
-def _group_line(i: Leaves, mode: str, group: gauge.GaugeGroup = GROUP) -> Tensor:
+def _group_line(i: Leaves, mode: str, group: lie_algebra.GaugeGroup = GROUP) -> Tensor:
     """N_f = 3 takes the matrix-exponential factors (GENERIC_SEGMENTS pieces)."""
-    coefficients = gauge.affine_connection_coefficients(*_coeffs(i, group))
+    coefficients = wilson_lines.affine_connection_coefficients(*_coeffs(i, group))
     segments = SEGMENTS if group.n_colors <= 2 else GENERIC_SEGMENTS
-    return gauge.wilson_line_in_group(group, coefficients, i.x, i.y, mode, segments)
+    return wilson_lines.wilson_line_in_group(group, coefficients, i.x, i.y, mode, segments)
 
 
 def _chiral_gate(i: Leaves) -> Tensor:
@@ -508,115 +524,126 @@ def _cases() -> list[Case]:
         ),
     ]
     gauge_rows = [
-        c("gauge.realify", lambda i: gauge.realify(torch.complex(i.v, i.w).view(-1, 2, 2))),
-        c("gauge.affine_connection", lambda i: _connection(i)[0](i.x, i.v)),
         c(
-            "gauge.integrated_connection",
-            lambda i: gauge.integrated_connection(_connection(i)[0], i.x, i.y),
+            "lie_algebra.realify",
+            lambda i: lie_algebra.realify(torch.complex(i.v, i.w).view(-1, 2, 2)),
+        ),
+        c("wilson_lines.affine_connection", lambda i: _connection(i)[0](i.x, i.v)),
+        c(
+            "wilson_lines.integrated_connection",
+            lambda i: wilson_lines.integrated_connection(_connection(i)[0], i.x, i.y),
         ),
         *(
             c(
-                f"gauge.wilson_line[{mode}]",
-                lambda i, mode=mode: gauge.wilson_line(
+                f"wilson_lines.wilson_line[{mode}]",
+                lambda i, mode=mode: wilson_lines.wilson_line(
                     _connection(i)[0], i.x, i.y, mode, GENERIC_SEGMENTS
                 ),
-                "gauge.wilson_line",
+                "wilson_lines.wilson_line",
             )
-            for mode in gauge.WILSON_MODES
+            for mode in wilson_lines.WILSON_MODES
         ),
         c(
-            "gauge.compose_via_origin",
+            "wilson_lines.compose_via_origin",
             _lines_via_origin,
-            "gauge.wilson_line_to_origin",
-            "gauge.compose_via_origin",
+            "wilson_lines.wilson_line_to_origin",
+            "wilson_lines.compose_via_origin",
         ),
         c(
-            "gauge.gauge_omega",
-            lambda i: gauge.gauge_omega(_field(i), i.x),
-            "gauge.random_gauge_field",
-            "gauge.gauge_omega",
+            "gauge_transforms.gauge_omega",
+            lambda i: gauge_transforms.gauge_omega(_field(i), i.x),
+            "gauge_transforms.random_gauge_field",
+            "gauge_transforms.gauge_omega",
         ),
         c(
-            "gauge.gauge_omega_derivative",
-            lambda i: gauge.gauge_omega_derivative(_field(i), i.x, i.v),
+            "gauge_transforms.gauge_omega_derivative",
+            lambda i: gauge_transforms.gauge_omega_derivative(_field(i), i.x, i.v),
         ),
         c(
-            "gauge.gauge_transform_connection",
-            lambda i: gauge.gauge_transform_connection(_connection(i)[0], _field(i))(i.x, i.v),
+            "gauge_transforms.gauge_transform_connection",
+            lambda i: gauge_transforms.gauge_transform_connection(_connection(i)[0], _field(i))(
+                i.x, i.v
+            ),
         ),
         c(
-            "gauge.cell_centers",
-            lambda i: gauge.cell_centers(i.x, 3),
+            "wilson_lines.cell_centers",
+            lambda i: wilson_lines.cell_centers(i.x, 3),
             contract=lambda i, o: (o[0].abs() <= 1).all(-1),
         ),
         c(
-            "gauge.hierarchical_wilson_line_to_origin",
-            lambda i: gauge.hierarchical_wilson_line_to_origin(
+            "wilson_lines.hierarchical_wilson_line_to_origin",
+            lambda i: wilson_lines.hierarchical_wilson_line_to_origin(
                 _connection(i)[0], i.x, 2, GENERIC_SEGMENTS
             ),
         ),
         c(
-            "gauge.affine_connection_coefficients",
-            lambda i: gauge.affine_connection_coefficients(*_coeffs(i))(i.x, i.v),
+            "wilson_lines.affine_connection_coefficients",
+            lambda i: wilson_lines.affine_connection_coefficients(*_coeffs(i))(i.x, i.v),
         ),
-        c("gauge.affine_integral", lambda i: gauge.affine_integral(*_coeffs(i), i.x)),
+        c("wilson_lines.affine_integral", lambda i: wilson_lines.affine_integral(*_coeffs(i), i.x)),
         *(
             c(
-                f"gauge.line_from_integral[{mode}]",
-                lambda i, mode=mode: gauge.line_from_integral(GROUP, i.lift(i.v, 7), mode),
-                "gauge.line_from_integral",
+                f"wilson_lines.line_from_integral[{mode}]",
+                lambda i, mode=mode: wilson_lines.line_from_integral(GROUP, i.lift(i.v, 7), mode),
+                "wilson_lines.line_from_integral",
             )
             for mode in ("exp", "first_order")
         ),
-        c("gauge.group_exp", lambda i: gauge.group_exp(GROUP, i.lift(i.v, 7))),
         c(
-            "gauge.group_exp[N_f=3]",
-            lambda i: gauge.group_exp(GROUP3, i.lift(i.v, 12)),
-            "gauge.group_exp",
+            "group_exponential.group_exp",
+            lambda i: group_exponential.group_exp(GROUP, i.lift(i.v, 7)),
         ),
         c(
-            "gauge.group_exp_vjp",
-            lambda i: gauge.group_exp_vjp(GROUP, i.lift(i.v, 7), i.lift(i.w, 7)),
+            "group_exponential.group_exp[N_f=3]",
+            lambda i: group_exponential.group_exp(GROUP3, i.lift(i.v, 12)),
+            "group_exponential.group_exp",
         ),
-        c("gauge.bracket", lambda i: gauge.bracket(GROUP, i.lift(i.v, 7), i.lift(i.w, 7))),
+        c(
+            "group_exponential.group_exp_vjp",
+            lambda i: group_exponential.group_exp_vjp(GROUP, i.lift(i.v, 7), i.lift(i.w, 7)),
+        ),
+        c(
+            "lie_algebra.bracket",
+            lambda i: lie_algebra.bracket(GROUP, i.lift(i.v, 7), i.lift(i.w, 7)),
+        ),
         *(
             c(
-                f"gauge.wilson_line_in_group[{mode}]",
+                f"wilson_lines.wilson_line_in_group[{mode}]",
                 lambda i, mode=mode: _group_line(i, mode),
-                "gauge.wilson_line_in_group",
+                "wilson_lines.wilson_line_in_group",
             )
-            for mode in gauge.WILSON_MODES
+            for mode in wilson_lines.WILSON_MODES
         ),
         c(
-            "gauge.wilson_line_in_group[N_f=3]",
+            "wilson_lines.wilson_line_in_group[N_f=3]",
             lambda i: _group_line(i, "magnus4", GROUP3),
-            "gauge.wilson_line_in_group",
+            "wilson_lines.wilson_line_in_group",
         ),
         *(
             c(
-                f"gauge.affine_wilson_line_to_origin[{mode}]",
-                lambda i, mode=mode: gauge.affine_wilson_line_to_origin(
+                f"wilson_lines.affine_wilson_line_to_origin[{mode}]",
+                lambda i, mode=mode: wilson_lines.affine_wilson_line_to_origin(
                     GROUP, *_coeffs(i), i.x, mode, SEGMENTS
                 ),
-                "gauge.affine_wilson_line_to_origin",
+                "wilson_lines.affine_wilson_line_to_origin",
             )
-            for mode in gauge.WILSON_MODES
+            for mode in wilson_lines.WILSON_MODES
         ),
         c(
-            "gauge.affine_endpoint_coefficients",
-            lambda i: gauge.affine_endpoint_coefficients(*_coeffs(i), i.x),
+            "wilson_lines.affine_endpoint_coefficients",
+            lambda i: wilson_lines.affine_endpoint_coefficients(*_coeffs(i), i.x),
         ),
         *(
             c(
-                f"gauge.affine_segment_exponents[{mode}]",
+                f"wilson_lines.affine_segment_exponents[{mode}]",
                 lambda i, mode=mode: _pieces(i, mode)[2].movedim(0, 1),
-                "gauge.affine_segment_exponents",
+                "wilson_lines.affine_segment_exponents",
             )
             for mode in ("exp", "path_ordered", "magnus4")
         ),
-        c("gauge.affine_segment_exponents_vjp", _segment_vjp),
-        c("gauge.segmented_group_line", _segmented_line),
-        c("gauge.segmented_group_line_vjp", _segmented_line_vjp),
+        c("wilson_lines.affine_segment_exponents_vjp", _segment_vjp),
+        c("wilson_lines.segmented_group_line", _segmented_line),
+        c("wilson_lines.segmented_group_line_vjp", _segmented_line_vjp),
     ]
     doublet_rows = [
         c("doublet.bilinear", lambda i: doublet.bilinear(i.param(5, D, D), i.x, i.v)),
@@ -627,7 +654,7 @@ def _cases() -> list[Case]:
         c(
             "doublet.apply_in_channels",
             lambda i: doublet.apply_in_channels(
-                gauge.group_exp(GROUP, i.lift(i.v, 7)), i.lift(i.w, K_FIELD)
+                group_exponential.group_exp(GROUP, i.lift(i.v, 7)), i.lift(i.w, K_FIELD)
             ),
         ),
         c("doublet.pair_products", _pair_products),
@@ -764,9 +791,9 @@ CASES = _cases()
 
 # public functions with no tensor input to fuzz (constants of a configuration)
 NO_TENSOR_INPUT = {
-    "gauge.gell_mann",
-    "gauge.gauge_generators",
-    "gauge.structure_constants",
+    "lie_algebra.gell_mann",
+    "lie_algebra.gauge_generators",
+    "lie_algebra.structure_constants",
     "su2.complex_dtype_for",
     "su2.pauli",
     "quantize.direction_step",

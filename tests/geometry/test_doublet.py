@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from geometry import gauge, su2
+from geometry import lie_algebra, su2, wilson_lines
 from geometry.doublet import (
     apply_in_channels,
     chiral_gate,
@@ -26,7 +26,7 @@ def test_realified_doublet_layout_matches_the_gauge_generators():
     -i sigma_b / 2) act on the doublet axis of realified_to_doublet, the colour ones on the
     colour axis."""
     n_c, k = 2, 24
-    gens = gauge.gauge_generators(k, n_c, dtype=F64)
+    gens = lie_algebra.gauge_generators(k, n_c, dtype=F64)
     x = torch.randn(5, k, dtype=F64)
     psi = realified_to_doublet(x, n_c)
     assert psi.shape == (5, n_c, 2, 3)
@@ -35,26 +35,30 @@ def test_realified_doublet_layout_matches_the_gauge_generators():
     for b in range(3):
         moved = realified_to_doublet(x @ gens.error[b].T, n_c)
         torch.testing.assert_close(moved, torch.einsum("st,bctm->bcsm", -0.5j * sig[b], psi))
-    lam = gauge.gell_mann(n_c)
+    lam = lie_algebra.gell_mann(n_c)
     for a in range(lam.shape[0]):
         moved = realified_to_doublet(x @ gens.binding[a].T, n_c)
         torch.testing.assert_close(moved, torch.einsum("cd,bdsm->bcsm", -0.5j * lam[a], psi))
 
 
 def test_lines_in_the_minimal_representation_act_like_the_full_d_k_lines():
-    """geometry.gauge's generators on R^{d_k} are those on R^r (r = 4 N_f) tensored with I_m;
+    """geometry.lie_algebra's generators on R^{d_k} are those on R^r (r = 4 N_f) tensored with I_m;
     apply_in_channels(U_r, psi) equals U_{d_k} psi for Wilson lines of every mode."""
     n_c, k = 2, 24
     g = torch.Generator().manual_seed(5)
-    small = gauge.gauge_generators(4 * n_c, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
-    big = gauge.gauge_generators(k, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
+    small = lie_algebra.gauge_generators(4 * n_c, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
+    big = lie_algebra.gauge_generators(k, n_c, dtype=F64).stacked(1.0, 0.7, 0.4)
     c0 = torch.randn(D, small.shape[0], generator=g, dtype=F64)
     c1 = torch.randn(D, D, small.shape[0], generator=g, dtype=F64)
     z = ball_points(5, D, 0.9, seed=6)
     psi = torch.randn(5, k, generator=g, dtype=F64)
     for mode in WILSON_MODES:
-        u_small = gauge.wilson_line_to_origin(gauge.affine_connection(small, c0, c1), z, mode=mode)
-        u_big = gauge.wilson_line_to_origin(gauge.affine_connection(big, c0, c1), z, mode=mode)
+        u_small = wilson_lines.wilson_line_to_origin(
+            wilson_lines.affine_connection(small, c0, c1), z, mode=mode
+        )
+        u_big = wilson_lines.wilson_line_to_origin(
+            wilson_lines.affine_connection(big, c0, c1), z, mode=mode
+        )
         assert u_small.shape == (5, 8, 8) and u_big.shape == (5, k, k)
         torch.testing.assert_close(
             apply_in_channels(u_small, psi), (u_big @ psi.unsqueeze(-1)).squeeze(-1)
@@ -83,7 +87,7 @@ def test_chiral_gate_identity_idempotence_degeneracy_and_su2_covariance():
     # SU(2) covariance (Thm 101): gate(U Psi, U Pi U^dag) = U gate(Psi, Pi)
     theta = torch.randn(6, 3, generator=g, dtype=F64)
     u_real = torch.linalg.matrix_exp(
-        torch.einsum("na,aij->nij", theta, gauge.gauge_generators(k, n_c, dtype=F64).error)
+        torch.einsum("na,aij->nij", theta, lie_algebra.gauge_generators(k, n_c, dtype=F64).error)
     )
     u_c = su2.su2_element(theta)  # exp(-i theta.sigma/2), the same group element on C^2
     proj_rot = u_c @ proj @ u_c.conj().transpose(-1, -2)

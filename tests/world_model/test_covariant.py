@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from geometry import gauge, poincare, screening
+from geometry import lie_algebra, poincare, screening, wilson_lines
 from geometry.doublet import masked_softmax
 from tests.conftest import ball_points
 from world_model.attention.context import ContextBank
@@ -32,7 +32,7 @@ from world_model.attention.covariant import (
 
 F64 = torch.float64
 D, FQ, FK, FV, FXV, DOUT = 3, 5, 4, 6, 2, 3
-WILSON_MODES = list(gauge.WILSON_MODES)
+WILSON_MODES = list(wilson_lines.WILSON_MODES)
 CHRISTOFFEL_MODES = ["full", "factorized", "poincare"]
 
 
@@ -228,23 +228,25 @@ PAULI = np.array([[[0, 1], [1, 0]], [[0, -1j], [1j, 0]], [[1, 0], [0, -1]]], dty
 
 def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: ContextBank):
     """The head's definition evaluated pair by pair (float64, numpy for the doublet algebra):
-    d_k x d_k Wilson lines from the full-representation generators of geometry.gauge,
+    d_k x d_k Wilson lines from the full-representation generators of geometry.lie_algebra,
     pairwise transport U(z <- z') = U_{z->0}^T U_{z'->0}, Def 286's multiply-then-renormalise
     screening, explicit Pauli matrices and per-(colour, channel) commitment gating."""
     cfg, opt = head.config, head.config.options
     k, m = opt.d_k, opt.d_k // (4 * opt.n_colors)
     t = {n: p.detach() for n, p in head.named_parameters()}
     # the connection in the full d_k-dim representation (the head works in the minimal one)
-    full = gauge.gauge_generators(k, opt.n_colors, opt.hypercharge, dtype=F64)
+    full = lie_algebra.gauge_generators(k, opt.n_colors, opt.hypercharge, dtype=F64)
     full = full.stacked(opt.g_s, opt.g_2, opt.g_1)
-    conn = gauge.affine_connection(full, t["connection_c0"], t["connection_c1"])
+    conn = wilson_lines.affine_connection(full, t["connection_c0"], t["connection_c1"])
     sigma = t["screening_coupling"] ** 2
     b_n, q_n, n_n = q.positions.shape[0], q.positions.shape[1], bank.size
     outs = torch.zeros(b_n, q_n, cfg.d_out, dtype=F64)
     weights = torch.zeros(b_n, q_n, n_n, dtype=F64)
 
     def line(x):
-        return gauge.wilson_line(conn, x, torch.zeros_like(x), opt.wilson, opt.segments).detach()
+        return wilson_lines.wilson_line(
+            conn, x, torch.zeros_like(x), opt.wilson, opt.segments
+        ).detach()
 
     for b in range(b_n):
         for i in range(q_n):
@@ -264,7 +266,7 @@ def _reference_forward(head: CovariantAttention, q: CovariantQueries, bank: Cont
             scores, screen, valid = [], [], []
             for j in range(n_n):
                 zj = bank.positions[b, j]
-                pair = gauge.compose_via_origin(u_z, line(zj))
+                pair = wilson_lines.compose_via_origin(u_z, line(zj))
                 scores.append(psi_q @ pair @ (t["w_k.weight"] @ bank.key_features[b, j]))
                 area = 0.5 * lam**2 * ((z - zj) @ (z - zj))
                 charged = int(bank.levels[b, j]) != 0
@@ -334,13 +336,13 @@ def test_prepared_context_equals_unprepared_with_one_wilson_line_per_entry_and_q
     shared = make_bank(b=1, n=9, mask=False)  # one bank for the whole batch (planning)
     q = make_queries(b=4, q=3)
     calls = []
-    real = gauge.affine_wilson_line_to_origin  # the head's own connection: closed-form path
+    real = wilson_lines.affine_wilson_line_to_origin  # the head's own connection: closed-form path
 
     def counting(group, c0, c1, z, mode, segments):
         calls.append(z.shape[:-1].numel())
         return real(group, c0, c1, z, mode, segments)
 
-    monkeypatch.setattr(gauge, "affine_wilson_line_to_origin", counting)
+    monkeypatch.setattr(wilson_lines, "affine_wilson_line_to_origin", counting)
     prepared = head.prepare(shared)
     assert calls == [9]  # one line per context entry, for keys and values together
     out_p, rec_p = head(q, prepared)

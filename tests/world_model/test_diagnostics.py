@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from geometry import gauge, poincare, screening
+from geometry import gauge_transforms, lie_algebra, poincare, screening
 from geometry.doublet import apply_in_channels
 from tests.world_model.test_covariant import (
     FULL_OPTIONS,
@@ -76,13 +76,13 @@ def test_node67_needs_the_connection_transformed_not_just_the_fields():
     head = make_head(wilson="path_ordered", segments=64)
     bank, q = make_bank(b=1, n=6), make_queries(b=1, q=3)
 
-    group = gauge.gauge_generators(head.rep_dim, 2, dtype=F64).stacked(1.0, 1.0, 1.0)
-    field = gauge.random_gauge_field(
+    group = lie_algebra.gauge_generators(head.rep_dim, 2, dtype=F64).stacked(1.0, 1.0, 1.0)
+    field = gauge_transforms.random_gauge_field(
         group, 3, scale=0.25, generator=torch.Generator().manual_seed(3)
     )
 
     def rotate(z, psi):
-        return apply_in_channels(gauge.gauge_omega(field, z), psi)
+        return apply_in_channels(gauge_transforms.gauge_omega(field, z), psi)
 
     with torch.no_grad():
         base = head.scores(q, bank)
@@ -90,7 +90,7 @@ def test_node67_needs_the_connection_transformed_not_just_the_fields():
         both = head.scores(
             q,
             bank,
-            connection=gauge.gauge_transform_connection(head.connection(), field),
+            connection=gauge_transforms.gauge_transform_connection(head.connection(), field),
             field_map=rotate,
         )
     valid = bank.mask.unsqueeze(-2)

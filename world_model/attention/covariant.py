@@ -16,7 +16,7 @@ line to its code and test.
 
 - Representation: R^{d_k} is the realification of C^{N_f} (x) C^2 (x) C^m and the gauge group
   acts on C^{N_f} (x) C^2 only, so every line is U (x) I_m with U acting on R^r, r = 4 N_f
-  (geometry.gauge.gauge_generators(r, N_f)). The head computes the lines in that minimal
+  (geometry.lie_algebra.gauge_generators(r, N_f)). The head computes the lines in that minimal
   representation and applies them channel by channel (:func:`apply_in_channels`): the same
   transport as the d_k x d_k lines, with matrix exponentials (d_k / r)^3 times cheaper.
 - Wilson lines: one U_{z->0} per context entry (in :meth:`CovariantAttention.prepare`, reused for
@@ -51,7 +51,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from geometry import gauge, poincare, screening, su2
+from geometry import lie_algebra, poincare, screening, su2, wilson_lines
 from geometry.doublet import (
     apply_in_channels,
     bilinear,
@@ -115,7 +115,9 @@ class CovariantAttention(nn.Module):
         # gauge structure: generators of the minimal representation R^r (r = 4 n_colors) with
         # couplings folded in (constants of the config, kept in float64 and cast on use, so a
         # head moved to float64 gets exact generators), and the connection's learned coefficients
-        gens = gauge.gauge_generators(self.rep_dim, opt.n_colors, opt.hypercharge, torch.float64)
+        gens = lie_algebra.gauge_generators(
+            self.rep_dim, opt.n_colors, opt.hypercharge, torch.float64
+        )
         self._generators64 = gens.stacked(opt.g_s, opt.g_2, opt.g_1)  # [G, r, r]
         self._generators_cache: dict[tuple, Tensor] = {}
         n_gen = self._generators64.shape[0]
@@ -180,25 +182,25 @@ class CovariantAttention(nn.Module):
         return self._generators_cache[key]
 
     @property
-    def group(self) -> gauge.GaugeGroup:
+    def group(self) -> lie_algebra.GaugeGroup:
         """The gauge group with this head's couplings (same generators as :attr:`generators`)."""
         opt = self.config.options
-        return gauge.GaugeGroup(opt.n_colors, opt.g_s, opt.g_2, opt.g_1, opt.hypercharge)
+        return lie_algebra.GaugeGroup(opt.n_colors, opt.g_s, opt.g_2, opt.g_1, opt.hypercharge)
 
     def lines_to_origin(
-        self, positions: Tensor, connection: gauge.ConnectionFn | None = None
+        self, positions: Tensor, connection: wilson_lines.ConnectionFn | None = None
     ) -> Tensor:
         """U_{z->0} for every point (seed 003 Def 282) in the minimal representation: positions
         [..., d] -> [..., r, r]. The head's own connection goes through the closed-form group
-        path (geometry.gauge.wilson_line_in_group: no matrix exponentials); another connection
-        (node 67's transformed one) through the generic path. Both give the same lines.
+        path (geometry.wilson_lines.wilson_line_in_group: no matrix exponentials); another
+        connection (node 67's transformed one) through the generic path. Both give the same lines.
         Wilson mode "none": the identity [..., r, r] for every point and connection."""
         cfg = self.config
         if cfg.options.wilson == NO_TRANSPORT:  # the ablation: U = I, whatever the connection
             eye = torch.eye(self.rep_dim, dtype=positions.dtype, device=positions.device)
             return eye.expand(*positions.shape[:-1], self.rep_dim, self.rep_dim)
         if connection is None:
-            return gauge.affine_wilson_line_to_origin(
+            return wilson_lines.affine_wilson_line_to_origin(
                 self.group,
                 self.connection_c0,
                 self.connection_c1,
@@ -206,14 +208,16 @@ class CovariantAttention(nn.Module):
                 cfg.options.wilson,
                 cfg.options.segments,
             )
-        return gauge.wilson_line_to_origin(
+        return wilson_lines.wilson_line_to_origin(
             connection, positions, mode=cfg.options.wilson, segments=cfg.options.segments
         )
 
-    def connection(self) -> gauge.ConnectionFn:
+    def connection(self) -> wilson_lines.ConnectionFn:
         """A(x) . dx = sum_g (c0 + c1 x) T_g (Def 280), couplings folded into T_g; in the minimal
         representation R^r (x, dx [..., d] -> [..., r, r])."""
-        return gauge.affine_connection(self.generators, self.connection_c0, self.connection_c1)
+        return wilson_lines.affine_connection(
+            self.generators, self.connection_c0, self.connection_c1
+        )
 
     def chiral_projector(self, value_grad: Tensor) -> tuple[Tensor, Tensor]:
         """Pi = (I + n.sigma)/2 for n = P grad V (Def 285) and the degenerate flags:
@@ -302,7 +306,7 @@ class CovariantAttention(nn.Module):
     def prepare(
         self,
         context: ContextBank,
-        connection: gauge.ConnectionFn | None = None,
+        connection: wilson_lines.ConnectionFn | None = None,
         field_map: FieldMap | None = None,
         lines: Tensor | None = None,
     ) -> PreparedContext:
@@ -337,7 +341,7 @@ class CovariantAttention(nn.Module):
     def _transported_query(
         self,
         queries: CovariantQueries,
-        connection: gauge.ConnectionFn | None = None,
+        connection: wilson_lines.ConnectionFn | None = None,
         field_map: FieldMap | None = None,
         lines: Tensor | None = None,
     ) -> Tensor:
@@ -353,7 +357,7 @@ class CovariantAttention(nn.Module):
         self,
         queries: CovariantQueries,
         context: ContextBank | PreparedContext,
-        connection: gauge.ConnectionFn | None = None,
+        connection: wilson_lines.ConnectionFn | None = None,
         field_map: FieldMap | None = None,
     ) -> Tensor:
         """s(z, z') = <U_{z->0} psi_Q(z), U_{z'->0} psi_K(z')>  (Thm 98): [B, Q, N].

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from geometry import gauge
+from geometry import wilson_lines
 
 from . import krr
 
@@ -36,7 +36,7 @@ TemperatureMode = Literal["metric", "constant"]
 AreaProxy = Literal["conformal", "geodesic"]
 
 NO_TRANSPORT = "none"  # the Wilson-line ablation: identity lines, no parallel transport
-WILSON_MODES = (NO_TRANSPORT, *gauge.WILSON_MODES)
+WILSON_MODES = (NO_TRANSPORT, *wilson_lines.WILSON_MODES)
 CHRISTOFFEL_MODES = ("full", "factorized", "poincare")
 TEMPERATURE_MODES = ("metric", "constant")
 AREA_PROXIES = ("conformal", "geodesic")

@@ -18,8 +18,16 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from geometry import gauge, poincare, screening
+from geometry import poincare, screening
 from geometry.doublet import apply_in_channels, chiral_gate_vjp, masked_softmax
+from geometry.wilson_lines import (
+    affine_endpoint_coefficients,
+    affine_segment_exponents,
+    affine_segment_exponents_vjp,
+    line_from_integral,
+    segmented_group_line,
+    segmented_group_line_vjp,
+)
 
 from .context import MACRO_LEVEL
 from .covariant_config import NO_TRANSPORT, CovariantAttentionConfig
@@ -61,9 +69,9 @@ def scalar_output_gradient(
         e_s,g = <P_{s-1} U^T y, T_g P_{s-1} psi> = sum_b Ad(P_{s-1})[g, b] <U^T y, T_b psi>
 
     (Q~ = U(z) psi(z, x), U = E_S .. E_1 the segmented line with E_s = exp(h_s . T), h_s its
-    pieces' exponents (geometry.gauge.affine_segment_exponents: S = 1 and h_1 the integrated
-    connection for exp), P_s = E_s .. E_1, M the group exponential's Jacobian:
-    geometry.gauge.group_exp_vjp). Single queries without velocity (the kick head).
+    pieces' exponents (geometry.wilson_lines.affine_segment_exponents: S = 1 and h_1 the
+    integrated connection for exp), P_s = E_s .. E_1, M the group exponential's Jacobian:
+    geometry.group_exponential.group_exp_vjp). Single queries without velocity (the kick head).
 
     queries: positions z [B, d], features x [B, d_query], value_grad [B, d] or chiral
     (broadcastable to [B]) | None.
@@ -79,7 +87,7 @@ def scalar_output_gradient(
     n_batch, d = z.shape
     c0, c1 = head.connection_c0, head.connection_c1  # [d, G], [d, d, G]
     group = head.group
-    # U_{z->0} as gauge.affine_wilson_line_to_origin builds it, its pieces kept for the VJP:
+    # U_{z->0} as affine_wilson_line_to_origin builds it, its pieces kept for the VJP:
     # b(t) = p + (1 - t) q along x(t) = (1 - t) z; first order I + sum_g (p + q / 2)_g T_g,
     # otherwise U = E_S .. E_1, E_s = exp(sum_g pieces[s]_g T_g) (S = 1 for exp)
     wilson, segments = cfg.options.wilson, cfg.options.segments
@@ -88,12 +96,12 @@ def scalar_output_gradient(
     if not transported:
         lines = head.lines_to_origin(z)  # [B, r, r] identities
     else:
-        coefficients = p_coef, q_coef = gauge.affine_endpoint_coefficients(c0, c1, z)  # [B, G]
+        coefficients = p_coef, q_coef = affine_endpoint_coefficients(c0, c1, z)  # [B, G]
         if wilson == "first_order":
-            lines = gauge.line_from_integral(group, p_coef + 0.5 * q_coef, wilson)  # [B, r, r]
+            lines = line_from_integral(group, p_coef + 0.5 * q_coef, wilson)  # [B, r, r]
         else:
-            pieces = gauge.affine_segment_exponents(group, p_coef, q_coef, wilson, segments)
-            lines, prefixes = gauge.segmented_group_line(group, pieces)  # [B, r, r], [S, B, F, 4]
+            pieces = affine_segment_exponents(group, p_coef, q_coef, wilson, segments)
+            lines, prefixes = segmented_group_line(group, pieces)  # [B, r, r], [S, B, F, 4]
     # psi = W_Q x + W_Qz z + c(z) Q(z), Q_c = sum_r (U_r z)_c (V_r z)_c, c = lambda or 1:
     # query_field without velocity terms, written out (not geometry.doublet.low_rank_bilinear)
     # to keep its factors U_r z, V_r z for the gradient
@@ -189,8 +197,9 @@ def _add_line_gradient(
     prefixes: Tensor | None,
 ) -> Tensor:
     """grad_z [B, d] plus d/dz of <kappa, U(z) psi> through the Wilson line U at fixed psi.
-    z [B, d]; psi, kappa, y = U^T kappa [B, k]; coefficients (p, q) [B, G] each (geometry.gauge.
-    affine_endpoint_coefficients); pieces, prefixes: the segmented line's (None: first order)."""
+    z [B, d]; psi, kappa, y = U^T kappa [B, k]; coefficients (p, q) [B, G] each
+    (geometry.wilson_lines.affine_endpoint_coefficients); pieces, prefixes: the segmented line's
+    (None: first order)."""
     p_coef, q_coef = coefficients
     cfg = head.config
     wilson, segments = cfg.options.wilson, cfg.options.segments
@@ -199,7 +208,7 @@ def _add_line_gradient(
     c0, c1 = head.connection_c0, head.connection_c1  # [d, G], [d, d, G]
     n_batch, d = z.shape
     # e_g = <w, T_g psi> with w = U^T kappa = y for the segmented lines (the pieces' gradients
-    # follow from e by the prefixes' adjoint action, gauge.segmented_group_line_vjp); first
+    # follow from e by the prefixes' adjoint action, segmented_group_line_vjp); first
     # order, dU/dh_g = T_g, so w = kappa and the gradient in h = p + q / 2 is e itself
     w = kappa if wilson == "first_order" else y
     outer = w.reshape(n_batch, r, -1) @ psi.reshape(n_batch, r, -1).transpose(-1, -2)
@@ -207,10 +216,8 @@ def _add_line_gradient(
     if wilson == "first_order":
         grad_p, grad_q = e, 0.5 * e
     else:
-        e = gauge.segmented_group_line_vjp(group, pieces, prefixes, e)  # [S, B, G]
-        grad_p, grad_q = gauge.affine_segment_exponents_vjp(
-            group, p_coef, q_coef, wilson, segments, e
-        )
+        e = segmented_group_line_vjp(group, pieces, prefixes, e)  # [S, B, G]
+        grad_p, grad_q = affine_segment_exponents_vjp(group, p_coef, q_coef, wilson, segments, e)
     # dp_g/dz_m = c0[m, g], dq_g/dz_m = sum_n (c1[m, n, g] + c1[n, m, g]) z_n
     c1_sym = (c1 + c1.transpose(0, 1)).reshape(d, d * n_gen)  # [m, (n, g)]
     zq = (z.unsqueeze(-1) * grad_q.unsqueeze(-2)).reshape(n_batch, d * n_gen)  # [B, (n, g)]

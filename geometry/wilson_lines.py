@@ -1,27 +1,27 @@
-"""Gauge structure of seed 003 in a real representation: generators, connections, Wilson lines,
-gauge transformations. Pure functions (a connection is a closure over its coefficient tensors).
+"""Connections and Wilson lines of seed 003 (Def 280, Prop 97, Def 282, Def 290, Engineering
+proxy 3): a connection from coefficients (affine_connection), the Wilson line along a straight
+path in four modes (wilson_line), lines to the origin and their composition, hierarchical lines
+over a grid of cells, and the closed-form lines in the group for a connection given by its
+coefficients on the generators (wilson_line_in_group; for the affine connection without any
+quadrature, affine_wilson_line_to_origin, with the pieces' exponents, the segmented line and
+the VJPs the covariant head's closed-form potential gradient uses). Pure functions.
 
-Convention (seed 003 Def 279-280 with -iA written as a real skew matrix):
-- Features live in R^k, the realification of C^(k/2); the unitary gauge group acts by
-  orthogonal k x k matrices and the connection one-form A = A_mu dz^mu is skew-symmetric.
-- Covariant derivative D_mu = d_mu + A_mu. Parallel transport along x(t) solves
-  dpsi/dt = -A_mu(x) x'^mu psi, so the Wilson line from a to b is
-  U(b <- a) = P exp(-int_a^b A_mu dx^mu), later segments multiplying on the left.
-- A gauge transformation psi -> Omega psi acts on the *connection*:
-  A_mu -> Omega A_mu Omega^T + Omega d_mu Omega^T, and then U(b <- a) -> Omega(b) U Omega(a)^T.
-  (Rotating vectors without transforming A tests nothing: docs/architecture.md, "Where the
-  seeds are wrong".)
+Convention (seed 003 Def 280 with -iA written as a real skew matrix, geometry.lie_algebra):
+- The connection one-form A = A_mu dz^mu is skew-symmetric; covariant derivative
+  D_mu = d_mu + A_mu. Parallel transport along x(t) solves dpsi/dt = -A_mu(x) x'^mu psi, so the
+  Wilson line from a to b is U(b <- a) = P exp(-int_a^b A_mu dx^mu), later segments multiplying
+  on the left.
+- A connection is passed around as ``conn(x, dx) -> A_mu(x) dx^mu``: x, dx [..., d] ->
+  [..., k, k], a closure over its coefficient tensors. Contracting with the direction first
+  keeps every Wilson line O(G k^2) per point instead of materialising the [..., d, k, k]
+  one-form.
 
-A connection is passed around as ``conn(x, dx) -> A_mu(x) dx^mu``: x, dx [..., d] -> [..., k, k].
-Contracting with the direction first keeps every Wilson line O(G k^2) per point instead of
-materialising the [..., d, k, k] one-form.
+Gauge transformations acting on a connection: geometry.gauge_transforms.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import itertools
 import math
 from collections.abc import Callable
 from typing import Literal
@@ -30,54 +30,41 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .su2 import (
-    complex_dtype_for,
-    pauli,
-    quaternion_adjoint,
-    quaternion_product,
-    su2_exp,
-    su2_exp_jacobian_vjp,
-    su2_quaternion,
+from .group_exponential import (
+    _assemble,
+    _factor_angles,
+    _factor_elements,
+    _phase,
+    _quaternion_element,
+    group_exp,
+    group_exp_vjp,
 )
+from .lie_algebra import GaugeGroup, _bracket_vjp, bracket
+from .su2 import quaternion_adjoint, quaternion_product, su2_quaternion
 
 __all__ = [
     "ConnectionFn",
+    "CoefficientFn",
     "WilsonMode",
-    "GaugeGenerators",
-    "gell_mann",
-    "realify",
-    "gauge_generators",
+    "WILSON_MODES",
     "affine_connection",
     "integrated_connection",
     "wilson_line",
     "wilson_line_to_origin",
     "compose_via_origin",
-    "GaugeField",
-    "random_gauge_field",
-    "gauge_omega",
-    "gauge_omega_derivative",
-    "gauge_transform_connection",
     "cell_centers",
     "hierarchical_wilson_line_to_origin",
-    "CoefficientFn",
-    "GaugeGroup",
     "affine_connection_coefficients",
-    "affine_integral",
-    "line_from_integral",
-    "group_exp",
-    "group_exp_vjp",
     "wilson_line_in_group",
-    "affine_wilson_line_to_origin",
-    "WILSON_MODES",
-    "structure_constants",
-    "bracket",
-    "affine_endpoint_coefficients",
-    "affine_segment_exponents",
-    "affine_segment_exponents_vjp",
     "segmented_group_line",
     "segmented_group_line_vjp",
+    "line_from_integral",
+    "affine_endpoint_coefficients",
+    "affine_integral",
+    "affine_segment_exponents",
+    "affine_segment_exponents_vjp",
+    "affine_wilson_line_to_origin",
 ]
-
 CoefficientFn = Callable[[Tensor, Tensor], Tensor]  # (x, dx) [..., d] -> coefficients [..., G]
 
 ConnectionFn = Callable[[Tensor, Tensor], Tensor]
@@ -88,83 +75,6 @@ WILSON_MODES: tuple[str, ...] = ("first_order", "exp", "path_ordered", "magnus4"
 # Omega = (A_1 + A_2) h / 2 + (sqrt 3 / 12) h^2 [A_2, A_1] at t_{1,2} = (1/2 -+ sqrt 3 / 6) h
 _MAGNUS_NODES = (0.5 - math.sqrt(3.0) / 6.0, 0.5 + math.sqrt(3.0) / 6.0)
 _MAGNUS_BRACKET = math.sqrt(3.0) / 12.0
-
-
-# --------------------------------------------------------------------------- generators
-
-
-def gell_mann(n: int, dtype: torch.dtype = torch.complex128) -> Tensor:
-    """Generalised Gell-Mann matrices of SU(n): [n^2 - 1, n, n] Hermitian, traceless,
-    Tr(l_a l_b) = 2 delta_ab (n = 2 gives the Pauli matrices up to order, n = 1 gives none)."""
-    mats = []
-    for j in range(n):
-        for k in range(j + 1, n):
-            s = torch.zeros(n, n, dtype=dtype)
-            s[j, k] = s[k, j] = 1
-            a = torch.zeros(n, n, dtype=dtype)
-            a[j, k], a[k, j] = -1j, 1j
-            mats += [s, a]
-    for l in range(1, n):
-        diag = torch.zeros(n, dtype=dtype)
-        diag[:l] = 1
-        diag[l] = -l
-        mats.append(torch.diag(diag) * np.sqrt(2.0 / (l * (l + 1))))
-    return torch.stack(mats) if mats else torch.zeros(0, n, n, dtype=dtype)
-
-
-def realify(m: Tensor) -> Tensor:
-    """Complex [..., n, n] acting on C^n -> real [..., 2n, 2n] acting on (Re psi, Im psi):
-    [[Re M, -Im M], [Im M, Re M]]. A Lie-algebra homomorphism; unitary -> orthogonal,
-    anti-Hermitian -> skew-symmetric."""
-    re, im = m.real, m.imag
-    top = torch.cat([re, -im], dim=-1)
-    bottom = torch.cat([im, re], dim=-1)
-    return torch.cat([top, bottom], dim=-2)
-
-
-@dataclasses.dataclass(frozen=True)
-class GaugeGenerators:
-    """Real skew generators of G = SU(N_f)_C x SU(2)_L x U(1)_Y on R^k (seed 003 Def 279).
-
-    R^k is the realification of C^(k/2) = C^(N_f) (colour) (x) C^2 (doublet) (x) C^m (channels);
-    the three factors act on different tensor factors, so they commute with each other.
-    """
-
-    binding: Tensor  # [N_f^2 - 1, k, k]  realified -i lambda_a / 2   (SU(N_f)_C, coupling g_s)
-    error: Tensor  # [3, k, k]           realified -i sigma_b / 2    (SU(2)_L, coupling g_2)
-    opportunity: Tensor  # [1, k, k]     realified -i Y / 2          (U(1)_Y, coupling g_1)
-
-    def stacked(self, g_s: float, g_2: float, g_1: float) -> Tensor:
-        """All generators with their couplings folded in: [G, k, k], G = N_f^2 - 1 + 3 + 1."""
-        return torch.cat([g_s * self.binding, g_2 * self.error, g_1 * self.opportunity], dim=0)
-
-    @property
-    def dim(self) -> int:
-        return self.binding.shape[-1]
-
-
-def gauge_generators(
-    k: int, n_colors: int = 2, hypercharge: float = 1.0, dtype: torch.dtype = torch.float32
-) -> GaugeGenerators:
-    """Generators of SU(n_colors) x SU(2) x U(1) acting on R^k; needs k divisible by 4 n_colors."""
-    if n_colors < 1 or k % (4 * n_colors) != 0:
-        raise ValueError(f"k={k} must be a positive multiple of 4 * n_colors = {4 * n_colors}")
-    m = k // (4 * n_colors)
-    cdt = complex_dtype_for(dtype)
-    eye_c, eye_2, eye_m = (torch.eye(s, dtype=cdt) for s in (n_colors, 2, m))
-
-    def lift(colour: Tensor, doublet: Tensor) -> Tensor:  # [n_c, n_c], [2, 2] -> [k, k] real
-        return realify(-0.5j * torch.kron(torch.kron(colour, doublet), eye_m)).to(dtype)
-
-    binding = [lift(lam, eye_2) for lam in gell_mann(n_colors, cdt)]
-    error = [lift(eye_c, sig) for sig in pauli(cdt)]
-    opportunity = [lift(hypercharge * eye_c, eye_2)]
-    empty = torch.zeros(0, k, k, dtype=dtype)
-    return GaugeGenerators(
-        binding=torch.stack(binding) if binding else empty,
-        error=torch.stack(error),
-        opportunity=torch.stack(opportunity),
-    )
 
 
 # --------------------------------------------------------------------------- connections
@@ -319,98 +229,6 @@ def compose_via_origin(u_z_to_0: Tensor, u_zp_to_0: Tensor) -> Tensor:
     return u_z_to_0.transpose(-1, -2) @ u_zp_to_0
 
 
-# --------------------------------------------------------------------------- gauge transformations
-
-
-@dataclasses.dataclass(frozen=True)
-class GaugeField:
-    """A smooth orthogonal field Omega(z) = prod_j exp(phi_j(z) X_j) (j = 0 .. J-1, left to
-    right) with phi_j(z) = a_j . z + b_j sin(w_j . z + c_j). Its derivative is closed-form."""
-
-    X: Tensor  # [J, k, k] skew (combinations of gauge generators: Omega stays in the group)
-    a: Tensor  # [J, d]
-    b: Tensor  # [J]
-    w: Tensor  # [J, d]
-    c: Tensor  # [J]
-
-
-def random_gauge_field(
-    generators: Tensor,
-    d: int,
-    n_factors: int = 3,
-    scale: float = 1.0,
-    generator: torch.Generator | None = None,
-) -> GaugeField:
-    """A random smooth gauge transformation built from `generators` [G, k, k]."""
-    dtype = generators.dtype
-    g = generators.shape[0]
-
-    def rnd(*shape):
-        return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)
-
-    mix = rnd(n_factors, g)
-    x = torch.einsum("jg,gkl->jkl", mix, generators)
-    x = x / x.flatten(1).norm(dim=-1).clamp_min(1e-12)[:, None, None]
-    return GaugeField(
-        X=x,
-        a=scale * rnd(n_factors, d),
-        b=scale * rnd(n_factors),
-        w=3.0 * rnd(n_factors, d),
-        c=rnd(n_factors),
-    )
-
-
-def _phi_and_dphi(field: GaugeField, z: Tensor, dz: Tensor | None):
-    arg = torch.einsum("...d,jd->...j", z, field.w) + field.c  # [..., J]
-    phi = torch.einsum("...d,jd->...j", z, field.a) + field.b * torch.sin(arg)  # [..., J]
-    if dz is None:
-        return phi, None
-    dphi = torch.einsum("...d,jd->...j", dz, field.a) + field.b * torch.cos(arg) * torch.einsum(
-        "...d,jd->...j", dz, field.w
-    )
-    return phi, dphi
-
-
-def gauge_omega(field: GaugeField, z: Tensor) -> Tensor:
-    """Omega(z): z [..., d] -> [..., k, k] orthogonal."""
-    phi, _ = _phi_and_dphi(field, z, None)
-    facs = torch.linalg.matrix_exp(phi[..., None, None] * field.X)  # [..., J, k, k]
-    out = facs[..., 0, :, :]
-    for j in range(1, facs.shape[-3]):
-        out = out @ facs[..., j, :, :]
-    return out
-
-
-def gauge_omega_derivative(field: GaugeField, z: Tensor, dz: Tensor) -> Tensor:
-    """Directional derivative (dz . d) Omega(z) by the product rule over the factors:
-    sum_j E_0..E_{j-1} (dphi_j X_j E_j) E_{j+1}..E_{J-1}. z, dz [..., d] -> [..., k, k]."""
-    phi, dphi = _phi_and_dphi(field, z, dz)
-    facs = torch.linalg.matrix_exp(phi[..., None, None] * field.X)  # [..., J, k, k]
-    n = facs.shape[-3]
-    eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])
-    prefix = [eye]
-    for j in range(n - 1):
-        prefix.append(prefix[-1] @ facs[..., j, :, :])
-    out = torch.zeros_like(eye)
-    suffix = eye
-    for j in reversed(range(n)):
-        d_fac = dphi[..., j, None, None] * (field.X[j] @ facs[..., j, :, :])
-        out = out + prefix[j] @ d_fac @ suffix
-        suffix = facs[..., j, :, :] @ suffix
-    return out
-
-
-def gauge_transform_connection(conn: ConnectionFn, field: GaugeField) -> ConnectionFn:
-    """A'_mu = Omega A_mu Omega^T + Omega d_mu Omega^T, contracted with dx (see module doc)."""
-
-    def transformed(x: Tensor, dx: Tensor) -> Tensor:
-        om = gauge_omega(field, x)
-        d_om = gauge_omega_derivative(field, x, dx)
-        return om @ conn(x, dx) @ om.transpose(-1, -2) + om @ d_om.transpose(-1, -2)
-
-    return transformed
-
-
 # --------------------------------------------------------------------------- hierarchical cells
 
 
@@ -444,41 +262,6 @@ def hierarchical_wilson_line_to_origin(
 # --------------------------------------------------------------------------- closed-form lines
 
 
-@dataclasses.dataclass(frozen=True)
-class GaugeGroup:
-    """SU(N_f)_C x SU(2)_L x U(1)_Y with its couplings, acting on the minimal representation
-    R^r, r = 4 N_f (realified C^{N_f} (x) C^2): the layout and generator order of
-    ``gauge_generators(r, n_colors, hypercharge).stacked(g_s, g_2, g_1)``.
-
-    A connection given by its coefficients h_g on those generators has Wilson lines that factor
-    over the three commuting factors: exp(sum_g h_g T_g) = realify(U_C (x) U_2 e^{-i phi}), with
-    U_2 = exp(-i g_2 h_2 . sigma / 2) in closed form (geometry.su2.su2_exp), U_C likewise for
-    N_f = 2 (its Gell-Mann matrices are the Pauli matrices) and a small N_f x N_f exponential
-    otherwise, and the U(1) phase phi = g_1 Y h_1 / 2 exact. Path ordering factors the same way
-    (components in commuting factors commute at every point), and the abelian phase needs no
-    ordering at all.
-    """
-
-    n_colors: int
-    g_s: float
-    g_2: float
-    g_1: float
-    hypercharge: float = 1.0
-
-    @property
-    def n_generators(self) -> int:
-        return self.n_colors**2 - 1 + 3 + 1
-
-    @property
-    def dim(self) -> int:
-        return 4 * self.n_colors
-
-    def generators(self, dtype: torch.dtype = torch.float64) -> Tensor:
-        """The stacked generators T_g [G, r, r] with couplings folded in."""
-        gens = gauge_generators(self.dim, self.n_colors, self.hypercharge, torch.float64)
-        return gens.stacked(self.g_s, self.g_2, self.g_1).to(dtype)
-
-
 def affine_connection_coefficients(c0: Tensor, c1: Tensor) -> CoefficientFn:
     """Coefficients of :func:`affine_connection`: (A_mu(x) dx^mu)_g = sum_mu (c0[mu, g] +
     sum_nu c1[mu, nu, g] x^nu) dx^mu. c0 [d, G], c1 [d, d, G]; x, dx [..., d] -> [..., G]."""
@@ -488,147 +271,6 @@ def affine_connection_coefficients(c0: Tensor, c1: Tensor) -> CoefficientFn:
         return torch.einsum("...mg,...m->...g", coeff, dx)
 
     return coefficients
-
-
-def _factor_elements(group: GaugeGroup, h: Tensor) -> tuple[Tensor | None, Tensor, Tensor]:
-    """exp of the algebra element sum_g h_g T_g, per factor: (U_C [..., N, N] or None for N = 1,
-    U_2 [..., 2, 2], phase [...] complex). h [..., G]."""
-    n = group.n_colors
-    h_c, h_2, h_1 = h[..., : n * n - 1], h[..., n * n - 1 : n * n + 2], h[..., -1]
-    u_2 = su2_exp(group.g_2 * h_2)
-    if n == 1:
-        u_c = None
-    elif n == 2:  # gell_mann(2) = (sigma_1, sigma_2, sigma_3)
-        u_c = su2_exp(group.g_s * h_c)
-    else:
-        lam = gell_mann(n, complex_dtype_for(h.dtype)).to(h.device)
-        gen = torch.einsum("...a,aij->...ij", (group.g_s * h_c).to(lam.dtype), lam)
-        u_c = torch.linalg.matrix_exp(-0.5j * gen)
-    phi = 0.5 * group.g_1 * group.hypercharge * h_1  # [...]
-    phase = torch.polar(torch.ones_like(phi), -phi)
-    return u_c, u_2, phase
-
-
-def _assemble(u_c: Tensor | None, u_2: Tensor, phase: Tensor) -> Tensor:
-    """realify(U_C (x) U_2 phase) -> [..., r, r] real (colour index outer, doublet inner, as in
-    gauge_generators)."""
-    if u_c is None:
-        full = u_2
-    else:
-        n = u_c.shape[-1]
-        full = (u_c[..., :, None, :, None] * u_2[..., None, :, None, :]).reshape(
-            *u_2.shape[:-2], 2 * n, 2 * n
-        )
-    return realify(full * phase[..., None, None])
-
-
-def _factor_angles(group: GaugeGroup, x: Tensor) -> Tensor:
-    """The SU(2)-type factors' rotation vectors with their couplings, stacked (colour first when
-    N_f = 2): x [..., G] -> [..., F, 3], F = 1 or 2 (N_f <= 2)."""
-    n = group.n_colors
-    k = n * n - 1
-    if n == 1:
-        return (group.g_2 * x[..., :3]).unsqueeze(-2)
-    return x[..., : k + 3].unflatten(-1, (2, 3)) * _factor_couplings(group, x.dtype, x.device)
-
-
-@functools.lru_cache(maxsize=16)
-def _factor_couplings(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """[[g_s], [g_2]]: the couplings of the two SU(2)-type factors, built once; read only."""
-    return torch.tensor([[group.g_s], [group.g_2]], dtype=dtype, device=device)
-
-
-@functools.lru_cache(maxsize=16)
-def _group_exp_basis(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """realify(U_C (x) U_2 e^(-i phi)) is linear in each of the factors' unit quaternions q
-    (U = q_0 I - i q . sigma, geometry.su2.su2_quaternion) and in (cos phi, sin phi): its
-    coefficients on the products of their components, [4^F * 2, r * r] (F SU(2)-type factors,
-    colour outer as in _assemble). Built once per group, dtype and device; read only."""
-    sig = pauli(torch.float64)
-    quaternion_basis = [torch.eye(2, dtype=sig.dtype)] + [-1j * sig[a] for a in range(3)]
-    phase_basis = (1.0, -1j)  # e^(-i phi) = cos phi - i sin phi
-    factors = 2 if group.n_colors == 2 else 1
-    rows = []
-    for combo in itertools.product(*[quaternion_basis] * factors):
-        full = combo[0] if factors == 1 else torch.kron(combo[0], combo[1])
-        rows += [realify(full * phase).flatten() for phase in phase_basis]
-    return torch.stack(rows).to(device, dtype)
-
-
-def group_exp(group: GaugeGroup, h: Tensor) -> Tensor:
-    """exp(sum_g h_g T_g) in closed form (see GaugeGroup): h [..., G] -> [..., r, r] orthogonal.
-    N_f <= 2: every factor is SU(2)-type, so the line is one product of its factors' unit
-    quaternions and phase with a constant basis (real arithmetic, no complex tensors: a few
-    dozen small ops where the complex assembly took ~80); N_f > 2 assembles the factors."""
-    if group.n_colors > 2:
-        return _assemble(*_factor_elements(group, h))
-    return _quaternion_element(group, su2_quaternion(_factor_angles(group, h)), _phase(group, h))
-
-
-def _phase(group: GaugeGroup, h: Tensor) -> Tensor:
-    """The U(1) angle phi = g_1 Y h_1 / 2 of exp(sum_g h_g T_g) = ... e^(-i phi): [..., 1]."""
-    return (0.5 * group.g_1 * group.hypercharge) * h[..., -1:]
-
-
-def _quaternion_element(group: GaugeGroup, q: Tensor, phi: Tensor) -> Tensor:
-    """realify(U_C (x) U_2 e^(-i phi)) from the factors' unit quaternions q [..., F, 4] and the
-    phase phi [..., 1] (N_f <= 2): [..., r, r], linear in each (_group_exp_basis)."""
-    coeff = torch.cat([torch.cos(phi), torch.sin(phi)], dim=-1)  # [..., 2]
-    for f in range(q.shape[-2] - 1, -1, -1):  # products, first factor outermost
-        coeff = (q[..., f, :, None] * coeff.unsqueeze(-2)).flatten(-2)
-    r = group.dim
-    return (coeff @ _group_exp_basis(group, q.dtype, q.device)).unflatten(-1, (r, r))
-
-
-def group_exp_vjp(group: GaugeGroup, h: Tensor, e: Tensor) -> Tensor:
-    """M(h)^T e, where U^-1 dU/dh_g = sum_g' M[g', g] T_g' for U = group_exp(group, h) and T_g
-    the stacked generators (couplings folded in): M is block diagonal over the commuting
-    factors, the SU(2)-type blocks the right Jacobians of geometry.su2.su2_exp_jacobian_vjp at
-    (g_s h_C) and (g_2 h_2), 1 for U(1). So for a covector y, <y, dU/dh_g psi> summed as
-    e_g' = <U^T y, T_g' psi> gives the gradient in h as M^T e. N_f <= 2 (closed form).
-    h, e [..., G] -> [..., G]."""
-    n = group.n_colors
-    if n > 2:
-        raise ValueError(f"group_exp_vjp has a closed form for N_f <= 2, got {n}")
-    k = n * n - 1 + 3  # the SU(2)-type components, then U(1)
-    blocks = su2_exp_jacobian_vjp(_factor_angles(group, h), e[..., :k].unflatten(-1, (-1, 3)))
-    return torch.cat([blocks.flatten(-2), e[..., k:]], dim=-1)
-
-
-@functools.lru_cache(maxsize=16)
-def structure_constants(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """f [G, G, G] with [T_a, T_b] = sum_c f[a, b, c] T_c for the stacked generators (couplings
-    folded in): block diagonal over the commuting factors, g eps_abc on an SU(2)-type block
-    ([-i s_a / 2, -i s_b / 2] = eps_abc (-i s_c / 2)), g f_abc of SU(N_f) on the colour block,
-    0 on U(1). Computed from the unit-coupling generators X (projection on the trace-orthogonal
-    X_c), then scaled by each block's coupling (well defined at coupling 0); read only."""
-    unit = dataclasses.replace(group, g_s=1.0, g_2=1.0, g_1=1.0)
-    gens = unit.generators(torch.float64)  # [G, r, r]
-    comm = gens.unsqueeze(1) @ gens.unsqueeze(0) - gens.unsqueeze(0) @ gens.unsqueeze(1)
-    norms = torch.einsum("cij,cij->c", gens, gens)  # the Gram matrix is diagonal
-    f = torch.einsum("abij,cij->abc", comm, gens) / norms
-    f = torch.where(f.abs() < 1e-12, torch.zeros_like(f), f)
-    n = group.n_colors
-    couplings = [group.g_s] * (n * n - 1) + [group.g_2] * 3 + [group.g_1]
-    return (f * torch.tensor(couplings, dtype=f.dtype)).to(device, dtype)
-
-
-def bracket(group: GaugeGroup, u: Tensor, v: Tensor) -> Tensor:
-    """Coefficients of [sum_a u_a T_a, sum_b v_b T_b] on the generators: u, v [..., G] ->
-    [..., G] (on an SU(2)-type block, g (u x v); the U(1) component 0)."""
-    f = structure_constants(group, u.dtype, u.device)
-    n = f.shape[0]
-    return (u.unsqueeze(-1) * v.unsqueeze(-2)).flatten(-2) @ f.reshape(n * n, n)
-
-
-def _bracket_vjp(group: GaugeGroup, u: Tensor, v: Tensor, g: Tensor) -> tuple[Tensor, Tensor]:
-    """Gradients of <g, bracket(u, v)> in u and in v: [..., G] each."""
-    f = structure_constants(group, u.dtype, u.device)
-    n = f.shape[0]
-    # d/du_a = sum_bc f[a, b, c] v_b g_c ; d/dv_b = sum_ac f[a, b, c] u_a g_c
-    vg = (v.unsqueeze(-1) * g.unsqueeze(-2)).flatten(-2)  # [..., (b, c)]
-    ug = (u.unsqueeze(-1) * g.unsqueeze(-2)).flatten(-2)  # [..., (a, c)]
-    return vg @ f.reshape(n, n * n).T, ug @ f.transpose(0, 1).reshape(n, n * n).T
 
 
 def wilson_line_in_group(
