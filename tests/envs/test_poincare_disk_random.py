@@ -10,7 +10,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from gymnasium.utils.env_checker import check_env
 
 from envs import SUPPORTED_ENVS, EnvError, make_env
 from envs.poincare_disk import (
@@ -21,6 +20,7 @@ from envs.poincare_disk import (
     potential,
 )
 from envs.poincare_disk_random import LANDSCAPE_FIELDS, PoincareDiskRandomEnv, draw_landscape
+from tests.envs.test_poincare_disk import check_env_strictly
 
 F64 = torch.float64
 ENV_ID = "PoincareDiskRandom-v0"
@@ -250,14 +250,11 @@ def test_constructor_arguments_set_the_draw_and_config_overrides_pass_through():
 # -- gymnasium contract and rendering -----------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore:.*Box observation space m.*:UserWarning")  # p is unbounded
-@pytest.mark.filterwarnings("ignore:.*alternative render modes.*:UserWarning")
-@pytest.mark.filterwarnings("ignore:.*is different from the unwrapped version.*:UserWarning")
 def test_check_env_passes_unwrapped_and_through_gym_make():
-    check_env(PoincareDiskRandomEnv(), skip_render_check=True)
-    check_env(PoincareDiskRandomEnv(dim=3, noise=False), skip_render_check=True)
-    check_env(gym.make(ENV_ID).unwrapped, skip_render_check=True)
-    check_env(make_env(ENV_ID, seed=0), skip_render_check=True)
+    check_env_strictly(PoincareDiskRandomEnv(), skip_render_check=True)
+    check_env_strictly(PoincareDiskRandomEnv(dim=3, noise=False), skip_render_check=True)
+    check_env_strictly(gym.make(ENV_ID).unwrapped, skip_render_check=True)
+    check_env_strictly(make_env(ENV_ID, seed=0), skip_render_check=True)
 
 
 def test_registration_and_time_limit():
