@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
-from world_model.attention.krr import kernel_matrix
+from world_model.attention.kernel_matrix import kernel_matrix
 from world_model.attention.krr_precond import (
     DiagonalPreconditioner,
     IdentityPreconditioner,

@@ -40,7 +40,7 @@ from tests.geometry.test_boundary_fuzz import (
     norm_at_most,
     random_draw,
 )
-from world_model.attention import ida, krr
+from world_model.attention import ida, kernel_matrix, krr
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import (
     CovariantAttention,
@@ -404,7 +404,7 @@ def _cases() -> list[Case]:
                 "krr.KernelRidgeAttention",
                 "krr_precond.LowRankPreconditioner",
             )
-            for kernel in krr.KERNELS
+            for kernel in kernel_matrix.KERNELS
         ),
         c("KRR[cholesky]", lambda i: _krr_row(i, solver="cholesky"), "krr.KernelRidgeAttention"),
         c(
@@ -554,8 +554,8 @@ def test_the_geodesic_step_at_the_origin_has_finite_gradients(kernel):
 def test_the_krr_kick_force_is_bounded_near_the_origin():
     """Found by the fuzz (HYPOTHESIS_PROFILE=explore: geodesic step[krr] at |z| = 3e-15 has
     non-finite parameter gradients in float32). The kick of a head with kernel 'krr' reads
-    exp(<q^, k^>) of the L2-normalised transported fields (world_model/attention/krr.py,
-    kernel_matrix), and q_t = U(z) psi_Q(z, (z, log_0 z)) -> 0 linearly as z -> 0: Phi depends
+    exp(<q^, k^>) of the L2-normalised transported fields (world_model/attention/
+    kernel_matrix.py), and q_t = U(z) psi_Q(z, (z, log_0 z)) -> 0 linearly as z -> 0: Phi depends
     on the direction of z there, so the force grows as 1/|z| (10 at |z| = 1e-2, 1e5 at 1e-6,
     1e13 at 1e-14) and the parameter gradients as 1/|z|^2 (5e29 at 1e-14, then inf). The
     softmax kernel's force is 0.22 at every |z| <= 1e-2."""

@@ -18,15 +18,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from world_model.attention.kernel_matrix import EXP_CLAMP, KERNELS, exp_clamp_max, kernel_matrix
 from world_model.attention.krr import (
-    EXP_CLAMP,
-    KERNELS,
     KernelRidgeAttention,
     KRRConfig,
     MultiHeadKRRAttention,
     MultiHeadKRRConfig,
-    exp_clamp_max,
-    kernel_matrix,
     krr_attention,
     xsa_project,
 )

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 
 from geometry import wilson_lines
 
-from . import krr
+from . import kernel_matrix
 
 __all__ = [
     "ChristoffelMode",
@@ -114,7 +114,7 @@ class HeadOptions:
             ("temperature", TEMPERATURE_MODES),
             ("christoffel", CHRISTOFFEL_MODES),
             ("kernel", KERNELS),
-            ("krr_kernel", krr.KERNELS),
+            ("krr_kernel", kernel_matrix.KERNELS),
             ("area", AREA_PROXIES),
         ):
             if getattr(self, name) not in allowed:

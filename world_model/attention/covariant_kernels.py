@@ -24,8 +24,9 @@ from torch import Tensor
 
 from geometry.doublet import masked_softmax
 
-from . import ida, krr
+from . import ida
 from .covariant_types import PreparedContext
+from .kernel_matrix import kernel_matrix
 from .krr_solver import cholesky_spd_solve
 
 if TYPE_CHECKING:  # the head passes itself; no import of the head at run time
@@ -109,7 +110,7 @@ def _krr_weights(
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Seed 001 §3: weights K_qk (K_kk + lam I)^-1: not a distribution, no screening; the
     logits recorded are the scores."""
-    k_qk = krr.kernel_matrix(q_t, prepared.keys, head.config.options.krr_kernel)  # [B, Q, N]
+    k_qk = kernel_matrix(q_t, prepared.keys, head.config.options.krr_kernel)  # [B, Q, N]
     if mask is not None:
         k_qk = k_qk * mask
     return scores, k_qk @ prepared.ridge_inverse, None  # [B, Q, N]
@@ -124,7 +125,7 @@ def _krr_ridge_inverse(head: CovariantAttention, keys: Tensor, mask: Tensor | No
     system depends on the bank only, so it is solved once per prepared context, directly
     (Cholesky: benchmarks/krr_pcg.py measures PCG slower than Cholesky below n ~ 4096);
     masked entries are cut out (zero rows and columns of the inverse). [Bc, N, N]."""
-    k_kk = krr.kernel_matrix(keys, keys, head.config.options.krr_kernel)  # [Bc, N, N]
+    k_kk = kernel_matrix(keys, keys, head.config.options.krr_kernel)  # [Bc, N, N]
     eye = torch.eye(keys.shape[-2], dtype=keys.dtype, device=keys.device)
     if mask is not None:
         keep = mask.to(keys.dtype)  # [Bc, N]

@@ -8,10 +8,11 @@ not symmetric, so conjugate gradients has no SPD system to solve. Kernel ridge r
 the values on the keys, (K_kk + lam I) alpha = v (K_kk = K(k, k) is PSD for all four kernels,
 so with lam > 0 the system is SPD), and predicts at the queries with K_qk = K(q, k).
 
-Pieces: kernels (§1), XSA (§2), the solve with PCG, preconditioners and the Cholesky fallback
-(§3-§5, in krr_solver.py and krr_precond.py), the pure attention function `krr_attention`, the
-operator module `KernelRidgeAttention` (holds lam, the XSA scale, the preconditioner) and the
-multi-head module `MultiHeadKRRAttention` (Qkv projection, heads, output projection).
+Pieces: the kernels (§1, in kernel_matrix.py), XSA (§2), the solve with PCG, preconditioners
+and the Cholesky fallback (§3-§5, in krr_solver.py and krr_precond.py), the pure attention
+function `krr_attention`, the operator module `KernelRidgeAttention` (holds lam, the XSA scale,
+the preconditioner) and the multi-head module `MultiHeadKRRAttention` (Qkv projection, heads,
+output projection).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from geometry.sphere import normalize
+from world_model.attention.kernel_matrix import KERNELS, kernel_matrix
 from world_model.attention.krr_precond import (
     BASES,
     PRECONDITIONERS,
@@ -39,11 +40,7 @@ from world_model.attention.krr_solver import (
 )
 
 __all__ = [
-    "KERNELS",
     "XSA_MODES",
-    "EXP_CLAMP",
-    "exp_clamp_max",
-    "kernel_matrix",
     "xsa_remove_self",
     "xsa_project",
     "krr_attention",
@@ -53,58 +50,8 @@ __all__ = [
     "MultiHeadKRRAttention",
 ]
 
-KERNELS = ("exp", "rbf", "linear", "cosine")
 XSA_MODES = ("projection", "zero", "mask")
 SOLVERS = ("pcg", "cholesky")
-EXP_CLAMP = 100.0  # seed 001 §1: the exponent is clamped to [-100, 100]
-
-
-# --------------------------------------------------------------------------- kernels (§1)
-
-
-def exp_clamp_max(dtype: torch.dtype) -> float:
-    """Upper clamp of the exp kernel's exponent: min(100, floor(log(max float))).
-
-    The seed's 100 keeps float64 finite but not float32 (exp(100) = inf there; the largest
-    finite float32 is e^88.7) nor float16 (e^11.1): 88 for float32 / bfloat16, 11 for float16."""
-    return min(EXP_CLAMP, math.floor(math.log(torch.finfo(dtype).max)))
-
-
-def kernel_matrix(
-    x: Tensor,
-    y: Tensor,
-    kind: str,
-    *,
-    temp: float = 1.0,
-    sigma: float = 1.0,
-    normalize_inputs: bool = True,
-) -> Tensor:
-    """K_ij = k(x_i, y_j) for x [..., N, d], y [..., M, d] -> [..., N, M] (seed 001 §1).
-
-    exp:    exp(clamp(<x_i, y_j> / temp, -100, exp_clamp_max)), x and y L2-normalised when
-            normalize_inputs (then <.,.> = cos(x_i, y_j)).
-    rbf:    exp(-|x_i - y_j|^2 / (2 sigma^2)); |x - y|^2 as |x|^2 + |y|^2 - 2 x.y, floored at
-            0 (O(N M) memory; exact to rounding where the kernel is far from 1).
-    linear: <x_i, y_j>.
-    cosine: <x_i, y_j> / (|x_i| |y_j|); a zero vector has cosine 0 with everything.
-    K(x, x) is positive definite for exp and rbf and positive semi-definite (rank <= d) for
-    linear and cosine (the seed calls the latter two "not positive definite"; they are PSD,
-    which with lam > 0 is all the ridge system needs)."""
-    if kind == "exp":
-        if normalize_inputs:
-            x, y = normalize(x), normalize(y)
-        logits = (x @ y.mT) / temp  # [..., N, M]
-        return torch.exp(logits.clamp(-EXP_CLAMP, exp_clamp_max(logits.dtype)))
-    if kind == "rbf":
-        sq = (
-            (x * x).sum(-1).unsqueeze(-1) + (y * y).sum(-1).unsqueeze(-2) - 2.0 * (x @ y.mT)
-        ).clamp_min(0.0)  # [..., N, M]
-        return torch.exp(-sq / (2.0 * sigma * sigma))
-    if kind == "linear":
-        return x @ y.mT
-    if kind == "cosine":
-        return normalize(x) @ normalize(y).mT
-    raise ValueError(f"kernel must be one of {KERNELS}, got {kind!r}")
 
 
 # --------------------------------------------------------------------------- XSA (§2)
