@@ -20,9 +20,16 @@ import torch
 from geometry import langevin, poincare
 from geometry.potentials import confining_force
 from tests.conftest import ball_points
+from world_model.attention import ida
 from world_model.attention.context import ContextBank
 from world_model.attention.covariant import CovariantQueries
-from world_model.geodesic import GeodesicConfig, GeodesicDynamics, GeodesicState, StepCarry
+from world_model.geodesic import (
+    GeodesicConfig,
+    GeodesicContext,
+    GeodesicDynamics,
+    GeodesicState,
+    StepCarry,
+)
 from world_model.geodesic.config import (
     ContextConfig,
     GeodesicHeadOptions,
@@ -486,22 +493,75 @@ def test_prototypes_stay_in_the_ball_under_riemannian_adam():
     assert isinstance(dyn.prototypes.force_bank(), ContextBank)
 
 
-@pytest.mark.parametrize("attention", ["inverse_distance", "krr"])
-def test_every_attention_kernel_drives_the_model(attention):
-    """--attention: the heads read their banks with covariant softmax, HIDA or KRR (issue 7)."""
+def _kernel_rollout(
+    kernel: str, **head
+) -> tuple[GeodesicDynamics, GeodesicState, GeodesicContext, GeodesicState]:
+    """small()'s model (seed 5) with `kernel`, a window of 2 and the drift correction, every
+    head's w_o (zero at initialisation: no head would act) set to the same N(0, 1) draw for every
+    kernel, and two steps (the first stochastic, torch seeded 7) from fixed states, history and
+    actions. Returns (model, start state, context, end state)."""
     dyn = small(
-        head=dict(kernel=attention), context=dict(window=2), integrator=dict(drift_correction=True)
+        head=dict(kernel=kernel, **head),
+        context=dict(window=2),
+        integrator=dict(drift_correction=True),
     )
-    state = dyn.encode(torch.randn(8, 6))
-    hist = dyn.encode(torch.randn(16, 6))
-    ctx = dyn.context(state, history=GeodesicState(hist.z.view(8, 2, -1), hist.p.view(8, 2, -1)))
+    g = torch.Generator().manual_seed(11)
     with torch.no_grad():
-        for head in dyn.integrator.heads():
-            head.w_o.weight.normal_()
-    out = dyn.next(dyn.next(state, torch.rand(8, 2), ctx, stochastic=True), torch.rand(8, 2), ctx)
-    dyn.features(out).square().sum().backward()
-    assert torch.isfinite(out.z).all() and torch.isfinite(out.p).all()
-    assert all(torch.isfinite(p.grad).all() for p in dyn.parameters() if p.grad is not None)
+        for h in dyn.integrator.heads():
+            h.w_o.weight.copy_(torch.randn(h.w_o.weight.shape, generator=g))
+    state = dyn.encode(torch.randn(8, 6, generator=g))
+    hist = dyn.encode(torch.randn(16, 6, generator=g))
+    history = GeodesicState(hist.z.view(8, 2, -1), hist.p.view(8, 2, -1))
+    mask = torch.ones(8, 2, dtype=torch.bool)
+    mask[2, 0] = mask[5, 1] = False  # two window entries missing
+    ctx = dyn.context(state, history=history, history_mask=mask)
+    actions = torch.rand(2, 8, 2, generator=g)
+    torch.manual_seed(7)
+    out = dyn.next(dyn.next(state, actions[0], ctx, stochastic=True), actions[1], ctx)
+    return dyn, state, ctx, out
+
+
+def test_every_attention_kernel_drives_the_model():
+    """--attention: the heads read their banks with covariant softmax, HIDA or KRR (issue 7).
+    The same seed's model from the same inputs steps to a different state under each kernel
+    (and to the same state again under one: the differences are the kernel's), with finite
+    values and gradients."""
+    kernels = ("softmax", "inverse_distance", "krr")
+    ends = {}
+    for kernel in kernels:
+        dyn, _, _, out = _kernel_rollout(kernel)
+        dyn.features(out).square().sum().backward()
+        assert torch.isfinite(out.z).all() and torch.isfinite(out.p).all()
+        assert all(torch.isfinite(p.grad).all() for p in dyn.parameters() if p.grad is not None)
+        ends[kernel] = out
+    again = _kernel_rollout("krr")[3]
+    torch.testing.assert_close(again.z, ends["krr"].z, rtol=0, atol=1e-6)
+    for i, a in enumerate(kernels):
+        for b in kernels[i + 1 :]:
+            gap = float((ends[a].z - ends[b].z).detach().abs().max())  # measured: 0.3-0.4
+            assert gap > 0.05, (a, b, gap)
+
+
+def test_the_inverse_distance_kick_is_minus_the_gradient_of_hida_over_its_bank():
+    """Kernel inverse_distance, screening off: the kick head's potential is
+    Phi(z) = w_o(sum_j W_j V~_j), W the normalised (d_H(z, z'_j)^2 + eps)^-1 over the valid
+    entries of its bank (seed 000 HIDA, no temperature), so the model's kick force is -grad Phi
+    plus the confinement: recomputed with ida's explicit-difference distances and autograd."""
+    dyn, state, ctx, _ = _kernel_rollout("inverse_distance", screening=False)
+    integ, bank = dyn.integrator, ctx.force
+    assert bank.mask is not None and not bank.mask.all()  # the missing window entries
+    assert set(bank.levels.unique().tolist()) == {0, 1}  # prototypes and window entries
+    with torch.no_grad():
+        force, _ = integ.kick_force(state.z, ctx)
+    z = state.z.detach().requires_grad_(True)
+    mixed, _ = ida.inverse_distance_attention(
+        z.unsqueeze(1), bank.positions, bank.values, integ.kick_head.config.options.ida_eps,
+        "poincare", bank.mask.unsqueeze(1), form="difference",
+    )  # fmt: skip
+    (grad,) = torch.autograd.grad(integ.kick_head.w_o(mixed).sum(), z)
+    attention_force = force - integ.confinement * confining_force(state.z)
+    assert float(grad.abs().max()) > 0.1  # the head acts (measured: 0.55)
+    torch.testing.assert_close(attention_force, -grad, rtol=1e-4, atol=1e-5)
 
 
 def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
