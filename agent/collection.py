@@ -24,7 +24,7 @@ run continues exactly as the uninterrupted one.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -32,10 +32,8 @@ import torch
 
 from agent.checkpoint import rng_from_state, rng_state, set_env_rng_state
 from agent.planner import Planner
+from agent.protocols import ActingAgent
 from agent.runs import make_run_env
-
-if TYPE_CHECKING:
-    from agent.agent import Agent
 
 __all__ = ["Collection", "copy_seed"]
 
@@ -50,7 +48,7 @@ def copy_seed(seed: int, copy: int) -> int:
 class Collection:
     """K env copies with their planners and generators (module docstring)."""
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: ActingAgent):
         tc = agent.config.train
         self.agent = agent
         self.num_envs = k = tc.num_envs

@@ -41,18 +41,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.checkpoint import CheckpointError
 from agent.cli import OneLineParser, folder_problem, out_of_range
 from agent.config import ConfigError, check_device
 from agent.inspection import load_run, report
 from agent.inspection_format import format_figures, format_report
+from agent.protocols import InspectedAgent
 from agent.runs import RunError
 from envs import EnvError
-
-if TYPE_CHECKING:
-    from agent.agent import Agent
 
 __all__ = ["build_parser", "main"]
 
@@ -91,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _figures(agent: Agent, run_dir: Path, folder: str) -> dict[str, Any]:
+def _figures(agent: InspectedAgent, run_dir: Path, folder: str) -> dict[str, Any]:
     """agent/figures.py's figures written into `folder`: {dir, files, notes}."""
     from agent.figures import write_figures  # matplotlib only when asked for
 

@@ -18,12 +18,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from agent.protocols import InspectedAgent
 from geometry import poincare
 from world_model.attention.covariant import AttentionRecord, CovariantQueries
 from world_model.memory.window import position_features, state_features
 
 if TYPE_CHECKING:
-    from agent.agent import Agent
     from agent.buffer import ReplayBuffer
     from world_model.geodesic.context import GeodesicContext
 
@@ -120,7 +120,7 @@ class HeadPass:
 
 @torch.no_grad()
 def head_pass(
-    agent: Agent,
+    agent: InspectedAgent,
     obs: Tensor,
     history_obs: Tensor | None = None,
     history_mask: Tensor | None = None,

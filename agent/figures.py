@@ -42,12 +42,11 @@ from agent.figures_data import (
     WilsonData,
     collect,
 )
+from agent.protocols import InspectedAgent
 from world_model.diagnostics import reports_nodes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from agent.agent import Agent
 
 __all__ = [
     "DPI",
@@ -337,7 +336,7 @@ def save_png(fig: Figure, path: Path, max_bytes: int = MAX_BYTES) -> Path:
         dpi = int(dpi * math.sqrt(max_bytes / path.stat().st_size) * 0.95)
 
 
-def _no_latent_note(agent: Agent) -> str:
+def _no_latent_note(agent: InspectedAgent) -> str:
     return (
         f"world model {agent.config.train.world_model!r} has no Poincare latent: "
         "no geometric figures"
@@ -345,7 +344,10 @@ def _no_latent_note(agent: Agent) -> str:
 
 
 def write_figures(
-    agent: Agent, run_dir: str | Path | None, out_dir: str | Path, states: int = SWEEP_STATES
+    agent: InspectedAgent,
+    run_dir: str | Path | None,
+    out_dir: str | Path,
+    states: int = SWEEP_STATES,
 ) -> tuple[list[Path], list[str], FigureData | None, list[Plotted]]:
     """The figures as PNG files in out_dir (created): (files written, notes on what was not
     drawn, the data, the plotted figures). A world model without a Poincare latent (the GRU)
@@ -362,7 +364,11 @@ def write_figures(
 
 
 def add_to_tensorboard(
-    agent: Agent, writer: Any, step: int, run_dir: str | Path | None, states: int = SWEEP_STATES
+    agent: InspectedAgent,
+    writer: Any,
+    step: int,
+    run_dir: str | Path | None,
+    states: int = SWEEP_STATES,
 ) -> list[str]:
     """The figures under `figures/NAME` of `writer` (a SummaryWriter) at `step`; the tags
     written ([] for a world model without a Poincare latent)."""

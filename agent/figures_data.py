@@ -45,7 +45,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,6 +58,7 @@ from agent.figure_episodes import (
     episode_inputs,
     head_pass,
 )
+from agent.protocols import InspectedAgent
 from agent.run_records import read_scalar_series, sample_batch
 from geometry import poincare, wilson_lines
 from geometry.doublet import chiral_gate, realified_to_doublet
@@ -65,9 +66,6 @@ from world_model.attention.context import MACRO_LEVEL, ContextBank
 from world_model.attention.covariant import AttentionRecord, CovariantAttention, CovariantQueries
 from world_model.diagnostics import gauge_invariance_check, reports_nodes
 from world_model.geodesic.reports import NODE_NAMES
-
-if TYPE_CHECKING:
-    from agent.agent import Agent
 
 __all__ = [
     "NODE_TAGS",
@@ -439,7 +437,7 @@ def _chirality(heads: HeadPass, episode: slice, integ: Any) -> ChiralityData | N
 
 
 def collect(
-    agent: Agent,
+    agent: InspectedAgent,
     run_dir: str | Path | None,
     states: int = SWEEP_STATES,
     episodes: int = EPISODES,
@@ -469,7 +467,7 @@ def collect(
     return data
 
 
-def _collect_geometric(agent: Agent, data: FigureData, states: int, episodes: int) -> None:
+def _collect_geometric(agent: InspectedAgent, data: FigureData, states: int, episodes: int) -> None:
     dyn = agent.model.dynamics
     integ = dyn.integrator
     slots = buffer_episodes(agent.buffer, episodes)

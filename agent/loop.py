@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -35,16 +35,47 @@ from agent.checkpoint import (
     set_global_rng_state,
 )
 from agent.collection import Collection
-from agent.distributed import ShardedCollection
-from agent.episodes import run_episodes
+from agent.distributed import DistContext, ShardedCollection
+from agent.episodes import BatchedPolicy, run_episodes
 from agent.guard import NonFiniteError
+from agent.protocols import ActingAgent, InspectedAgent
 from agent.runs import CHECKPOINT_NAME, make_run_vector_env
 from world_model.diagnostics import reports_nodes
 
-if TYPE_CHECKING:  # the agent imports this module for Agent.learn / Agent.resume
-    from agent.agent import Agent
+__all__ = ["TrainedAgent", "Trainer"]
 
-__all__ = ["Trainer"]
+
+class TrainedAgent(ActingAgent, InspectedAgent, Protocol):
+    """What the training loop reads of the agent it runs: an ActingAgent (its env copies'
+    Collection) and an InspectedAgent (diagnostics, end-of-run figures) that also stores
+    transitions, owes and takes updates, evaluates with policies of its own and saves its state.
+    Implemented by agent.agent.Agent, which imports this module for Agent.learn / Agent.resume
+    (so the loop names the agent by this Protocol, agent/protocols.py); read by Trainer, its
+    _Window and subclasses (agent.comparison.runner's measured trainer). Here rather than in
+    agent/protocols.py because it names DistContext: agent/distributed.py imports
+    agent/collection.py, which imports agent/protocols.py."""
+
+    dist: DistContext | None
+    num_updates: int
+    timing: dict[str, float]  # plan_s, plans, update_s, updates: seconds and counts so far
+
+    def observe_batch(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+    ) -> None: ...
+
+    def updates_due(self, steps: int = 1) -> int: ...
+
+    def update(self) -> dict[str, torch.Tensor]: ...
+
+    def policy(self, seed: int, explore: bool = False) -> BatchedPolicy: ...
+
+    def state_dict(self, include_buffer: bool = True) -> dict[str, Any]: ...
 
 
 class Trainer:
@@ -53,7 +84,7 @@ class Trainer:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: TrainedAgent,
         run_dir: str | Path | None = None,
         *,
         progress: bool = False,
@@ -407,7 +438,7 @@ class Trainer:
     @classmethod
     def restore(
         cls,
-        agent: Agent,
+        agent: TrainedAgent,
         run_dir: str | Path,
         state: dict[str, Any],
         *,
@@ -451,7 +482,7 @@ class Trainer:
 class _Window:
     """Throughput since the last read: env steps/s, updates/s, ms per plan and per update."""
 
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: TrainedAgent):
         self.agent = agent
         self.skip()
 

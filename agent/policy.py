@@ -5,15 +5,12 @@ library code; see agent/episodes.py for the protocol)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from agent.planner import Planner
-
-if TYPE_CHECKING:
-    from agent.agent import Agent
+from agent.protocols import PlanningAgent
 
 __all__ = ["PlannerPolicy"]
 
@@ -26,7 +23,7 @@ class PlannerPolicy:
     own seeded by seeds[i] when seeds are given (evaluation: an episode then plans the same
     alone or in a batch). `explore` adds the planner's noise."""
 
-    def __init__(self, agent: Agent, generator: torch.Generator, explore: bool = False):
+    def __init__(self, agent: PlanningAgent, generator: torch.Generator, explore: bool = False):
         self.agent = agent
         self.generator = generator
         self.explore = explore

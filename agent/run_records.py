@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from agent.agent import Agent
+from agent.protocols import InspectedAgent
 
 __all__ = ["EVAL_TAGS", "finite_or_none", "read_events", "read_scalar_series", "sample_batch"]
 
@@ -24,7 +23,7 @@ def finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def sample_batch(agent: Agent, states: int, horizon: int = 1) -> Any:
+def sample_batch(agent: InspectedAgent, states: int, horizon: int = 1) -> Any:
     """`states` start states from the replay buffer with the dynamics' history window and the
     next `horizon` steps, drawn with a generator of their own (the run's saved sampling stream
     is left alone); None when the buffer is empty."""
