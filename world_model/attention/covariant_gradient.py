@@ -13,7 +13,6 @@ checks values and double-backward parameter gradients against autograd.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -31,10 +30,7 @@ from geometry.wilson_lines import (
 
 from .context import MACRO_LEVEL
 from .covariant_config import NO_TRANSPORT, CovariantAttentionConfig
-from .covariant_types import CovariantQueries, PreparedContext, check_queries
-
-if TYPE_CHECKING:  # the head passes itself; no import of the head at run time
-    from .covariant import CovariantAttention
+from .covariant_types import CovariantQueries, PotentialHead, PreparedContext, check_queries
 
 __all__ = ["has_closed_form_gradient", "scalar_output_gradient"]
 
@@ -56,7 +52,7 @@ def has_closed_form_gradient(cfg: CovariantAttentionConfig) -> bool:
 
 
 def scalar_output_gradient(
-    head: CovariantAttention, queries: CovariantQueries, prepared: PreparedContext
+    head: PotentialHead, queries: CovariantQueries, prepared: PreparedContext
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """A scalar head read as a potential Phi(z, x) = W_O chiral(sum_j alpha_j V~_j), with its
     gradients in closed form: no backward pass through the head (its cost on CPU is per-op
@@ -187,7 +183,7 @@ def scalar_output_gradient(
 
 def _add_line_gradient(
     grad_z: Tensor,
-    head: CovariantAttention,
+    head: PotentialHead,
     z: Tensor,
     psi: Tensor,
     kappa: Tensor,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -25,12 +24,9 @@ from torch import Tensor
 from geometry.doublet import masked_softmax
 
 from . import ida
-from .covariant_types import PreparedContext
+from .covariant_types import KernelHead, PreparedContext
 from .kernel_matrix import kernel_matrix
 from .krr_solver import cholesky_spd_solve
-
-if TYPE_CHECKING:  # the head passes itself; no import of the head at run time
-    from .covariant import CovariantAttention
 
 __all__ = ["AttentionKernelFn", "ATTENTION_KERNELS"]
 
@@ -51,7 +47,7 @@ class AttentionKernelFn:
 
 
 def _screened_softmax(
-    head: CovariantAttention,
+    head: KernelHead,
     logits: Tensor,
     z: Tensor,
     levels: Tensor,
@@ -70,7 +66,7 @@ def _screened_softmax(
 
 
 def _softmax_weights(
-    head: CovariantAttention,
+    head: KernelHead,
     z: Tensor,
     levels: Tensor,
     q_t: Tensor,
@@ -85,7 +81,7 @@ def _softmax_weights(
 
 
 def _inverse_distance_weights(
-    head: CovariantAttention,
+    head: KernelHead,
     z: Tensor,
     levels: Tensor,
     q_t: Tensor,
@@ -100,7 +96,7 @@ def _inverse_distance_weights(
 
 
 def _krr_weights(
-    head: CovariantAttention,
+    head: KernelHead,
     z: Tensor,
     levels: Tensor,
     q_t: Tensor,
@@ -116,11 +112,11 @@ def _krr_weights(
     return scores, k_qk @ prepared.ridge_inverse, None  # [B, Q, N]
 
 
-def _no_ridge(head: CovariantAttention, keys: Tensor, mask: Tensor | None) -> None:
+def _no_ridge(head: KernelHead, keys: Tensor, mask: Tensor | None) -> None:
     return None
 
 
-def _krr_ridge_inverse(head: CovariantAttention, keys: Tensor, mask: Tensor | None) -> Tensor:
+def _krr_ridge_inverse(head: KernelHead, keys: Tensor, mask: Tensor | None) -> Tensor:
     """(K_kk + lam I)^-1 over the valid entries (seed 001 §3 with the SPD correction): the
     system depends on the bank only, so it is solved once per prepared context, directly
     (Cholesky: benchmarks/krr_pcg.py measures PCG slower than Cholesky below n ~ 4096);

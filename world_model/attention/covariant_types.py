@@ -4,7 +4,11 @@ section "Covariant attention head, screening, diagnostics 67-70"):
 - :class:`CovariantQueries`  query points, features, velocity, value gradient and levels;
 - :class:`PreparedContext`  a context bank transported to the origin once (Def 282, Engineering
   proxy 3), reused by every query of a plan or rollout;
-- :class:`AttentionRecord`  what one forward pass leaves for the diagnostics (nodes 67-70).
+- :class:`AttentionRecord`  what one forward pass leaves for the diagnostics (nodes 67-70);
+- :class:`ChiralProjectorSource`, :class:`KernelHead`, :class:`PotentialHead`  what the queries,
+  the attention kernels (covariant_kernels) and the closed-form potential gradient
+  (covariant_gradient) read of a head, as Protocols: the head passes itself to them, and none of
+  them imports the head.
 
 A leaf module: it imports nothing from the head (world_model/attention/covariant.py).
 """
@@ -16,18 +20,22 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from geometry.doublet import pair_mixture, pair_products
 
 from .context import MACRO_LEVEL, ContextBank, take_entries
 
 if TYPE_CHECKING:  # annotations only
+    from geometry.lie_algebra import GaugeGroup
+
     from .covariant_config import CovariantAttentionConfig
 
 __all__ = [
     "FieldMap",
     "ChiralProjectorSource",
+    "KernelHead",
+    "PotentialHead",
     "CovariantQueries",
     "PreparedContext",
     "AttentionRecord",
@@ -44,6 +52,73 @@ class ChiralProjectorSource(Protocol):
     for a value gradient [..., d] -> ([..., 2, 2] complex, [...] bool)."""
 
     def chiral_projector(self, value_grad: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+class KernelHead(Protocol):
+    """What the attention kernels (covariant_kernels) read of the head that calls them: its
+    config, the temperature tau(z) [...] of positions [..., d], the screening penalty
+    sigma A [B, Q, N] of queries z [B, Q, d] against entries z' [Bc, N, d] (with their levels)
+    and the ridge lambda of kernel "krr"."""
+
+    @property
+    def config(self) -> CovariantAttentionConfig: ...
+
+    def temperature(self, positions: Tensor) -> Tensor: ...
+
+    def screening_penalty(
+        self, z: Tensor, z_entries: Tensor, query_levels: Tensor, entry_levels: Tensor
+    ) -> Tensor: ...
+
+    def ridge_lambda(self) -> Tensor: ...
+
+
+class PotentialHead(ChiralProjectorSource, Protocol):
+    """What the closed-form potential gradient (covariant_gradient.scalar_output_gradient)
+    reads of a scalar head: its config; the gauge structure (rep_dim r, the generators
+    [G, r, r], the group, the connection's coefficients c0 [d, G] and c1 [d, d, G], the lines
+    U_{z->0} [..., r, r] of positions [..., d]); the query's maps W_Q, W_Qz and its rank-R
+    quadratic factors [R, d_k, d]; the read-out W_O; the string tensions sigma(l) [L + 1]; and,
+    for the chiral gate, the mixing strength and the projector (ChiralProjectorSource)."""
+
+    @property
+    def config(self) -> CovariantAttentionConfig: ...
+
+    @property
+    def rep_dim(self) -> int: ...
+
+    @property
+    def generators(self) -> Tensor: ...
+
+    @property
+    def group(self) -> GaugeGroup: ...
+
+    @property
+    def connection_c0(self) -> Tensor: ...
+
+    @property
+    def connection_c1(self) -> Tensor: ...
+
+    @property
+    def q_gamma_u(self) -> Tensor: ...
+
+    @property
+    def q_gamma_v(self) -> Tensor: ...
+
+    @property
+    def w_q(self) -> nn.Linear: ...
+
+    @property
+    def w_qz(self) -> nn.Linear: ...
+
+    @property
+    def w_o(self) -> nn.Linear: ...
+
+    @property
+    def chirality_strength(self) -> Tensor: ...
+
+    def lines_to_origin(self, positions: Tensor) -> Tensor: ...
+
+    def string_tension(self) -> Tensor: ...
 
 
 @dataclass
