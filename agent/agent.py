@@ -36,6 +36,7 @@ from agent.checkpoint import (
 from agent.collection import copy_seed
 from agent.config import ConfigError, RunConfig, migrate_config
 from agent.distributed import DistContext, rank_device
+from agent.episode import EpisodeSoFar, episode_inputs
 from agent.guard import check_losses, check_states, clip_gradients, located
 from agent.loop import Trainer
 from agent.planner import Planner, plan_batch
@@ -45,7 +46,7 @@ from envs import env_info
 from envs.scaling import SpaceScaling, scale_spaces
 from world_model import sharding
 from world_model.memory.routing import clear_optimizer_rows
-from world_model.model import Dynamics, LatentState, Transition, WorldModel
+from world_model.model import Dynamics, LatentState, WorldModel
 from world_model.registry import build_dynamics
 from world_model.training import (
     RunningScale,
@@ -165,6 +166,7 @@ class Agent:
         self.pi_optim = torch.optim.Adam(self.model.policy_parameters(), lr=ac.lr, eps=1e-5)
         self.scale = RunningScale(ac.scale_tau).to(self.device)
         self.planner = Planner(config.planner, self.action_dim, self.discount)
+        self.episode = EpisodeSoFar()  # what the model's context reads of the current episode
         self.generator = torch.Generator(device=self.device).manual_seed(
             copy_seed(tc.seed, self.first_copy)
         )
@@ -197,14 +199,16 @@ class Agent:
         explore: bool,
         planner: Planner | None = None,
         generator: torch.Generator | None = None,
+        episode: EpisodeSoFar | None = None,
     ) -> np.ndarray:
         """Plan from one observation [O]; returns the action [A] in [-1, 1] (act_batch of one
-        environment, with the agent's own planner and generator unless given)."""
+        environment, with the agent's own planner, generator and episode unless given)."""
         return self.act_batch(
             np.asarray(obs)[None],
             explore=explore,
             planners=[planner or self.planner],
             generators=[generator or self.generator],
+            episodes=[episode or self.episode],
         )[0]
 
     def act_batch(
@@ -214,18 +218,21 @@ class Agent:
         explore: bool,
         planners: Sequence[Planner],
         generators: Sequence[torch.Generator],
+        episodes: Sequence[EpisodeSoFar],
     ) -> np.ndarray:
         """Plan for E environments at once (agent.planner.plan_batch): obs [E, O] -> actions
-        [E, A] in [-1, 1], environment i with planners[i] and generators[i]."""
+        [E, A] in [-1, 1], environment i with planners[i], generators[i] and the episode so far
+        episodes[i] (which the observation and the action then join: agent/episode.py)."""
         start = time.perf_counter()
-        with _eval_mode(self.model), located(f"env step {self.num_timesteps}"):
+        model = self.model
+        with _eval_mode(model), located(f"env step {self.num_timesteps}"):
+            obs_t = self._obs_tensor(obs)
+            inputs = episode_inputs(episodes, obs_t, model.history_length, model.memory_capacity)
             actions = plan_batch(
-                planners,
-                self.model,
-                self._obs_tensor(obs),
-                explore=explore,
-                generators=generators,
+                planners, model, obs_t, inputs, explore=explore, generators=generators
             )
+            for episode, o, a in zip(episodes, obs_t, actions, strict=True):
+                episode.acted(o, a)
         self.timing["plan_s"] += time.perf_counter() - start
         self.timing["plans"] += 1
         return actions.cpu().numpy()
@@ -284,7 +291,7 @@ class Agent:
     def observe(
         self, obs, action, reward: float, next_obs, terminated: bool, truncated: bool
     ) -> None:
-        """Store a transition and pass it to the dynamics' hook (one env copy)."""
+        """Store a transition (one env copy)."""
         self.observe_batch(
             np.asarray(obs)[None], np.asarray(action)[None], np.asarray([reward]),
             np.asarray(next_obs)[None], np.asarray([terminated]), np.asarray([truncated]),
@@ -292,21 +299,9 @@ class Agent:
 
     def observe_batch(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         """One env step of each of the K copies (obs, next_obs [K, O], action [K, A], reward,
-        terminated, truncated [K]): stored, counted as K env steps, passed to the dynamics'
-        hook copy by copy."""
+        terminated, truncated [K]): stored, counted as K env steps."""
         self.buffer.add_batch(obs, action, reward, next_obs, terminated, truncated)
         self.num_timesteps += len(reward)
-        for i in range(len(reward)):
-            self.model.dynamics.on_transition(
-                Transition(
-                    obs=self._obs_tensor(obs[i]).reshape(1, -1),
-                    action=self._obs_tensor(action[i]).reshape(1, -1),
-                    reward=torch.tensor([[float(reward[i])]], device=self.device),
-                    next_obs=self._obs_tensor(next_obs[i]).reshape(1, -1),
-                    terminated=bool(terminated[i]),
-                    truncated=bool(truncated[i]),
-                )
-            )
 
     def updates_due(self, steps: int = 1) -> int:
         """Updates owed after the latest `steps` env steps (one step of each copy): none during
@@ -422,6 +417,7 @@ class Agent:
             "pi_optim": self.pi_optim.state_dict(),
             "scale": self.scale.state_dict(),
             "planner": self.planner.state_dict(),
+            "episode": self.episode.state_dict(),
             "generator": self.generator.get_state(),
             "spaces": self.spaces.bounds(),
             "counters": {
@@ -449,6 +445,8 @@ class Agent:
         self.pi_optim.load_state_dict(state["pi_optim"])
         self.scale.load_state_dict(state["scale"])
         self.planner.load_state_dict(state["planner"])
+        # format <= 3 kept the episode so far in the planner's state
+        self.episode.load_state_dict(state.get("episode", state["planner"]))
         self.generator.set_state(state["generator"])
         counters = state["counters"]
         self.num_timesteps = counters["num_timesteps"]

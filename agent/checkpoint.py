@@ -1,18 +1,19 @@
 """Atomic, self-describing checkpoints and the random-generator states they carry.
 
 A checkpoint is one `torch.save`d dict of tensors and plain Python values (loads with
-`weights_only=True`, so loading never runs code), tagged with its format version
-(`FORMAT_VERSION`): v2 since the geodesic config became nested sections and four
-measured-and-rejected options left the code, v3 since the file carries the SHA-256 digest of its
-content (`content_digest`), checked on every load: torch's zip reader checks no CRC, so a bit
-flipped in a tensor's bytes loaded silently before. v2 files (no digest) are read unchecked; a
-v1 file is read with its config migrated (agent.config.migrate_config) or refused in one line
-that names its version. It is written to a temporary file in the same folder, flushed to disk and
-moved over the old one with `os.replace`, so a crash, a kill or a failed write leaves the
-previous checkpoint intact; a temporary left by a killed writer is removed by the next save
-(`remove_stale_temporaries`). Any unreadable, damaged or incomplete file raises `CheckpointError`
-with one line; a write that fails (a full disk, a read-only folder) raises `RunWriteError` with
-one line.
+`weights_only=True`, so loading never runs code), tagged with its format version (`FORMAT_VERSION`):
+v2 since the geodesic config became nested sections and four measured-and-rejected options left the
+code, v3 since the file carries the SHA-256 digest of its content (`content_digest`), checked on
+every load: torch's zip reader checks no CRC, so a bit flipped in a tensor's bytes loaded silently
+before; v4 since the episode so far (the context's history window and memory, agent/episode.py) is
+the agent's `episode`, not part of its `planner` (a v3 file's planner state holds both and is read
+as such). v2 files (no digest) are read unchecked; a v1 file is read with its config migrated
+(agent.config.migrate_config) or refused in one line that names its version. It is written to a
+temporary file in the same folder, flushed to disk and moved over the old one with `os.replace`, so
+a crash, a kill or a failed write leaves the previous checkpoint intact; a temporary left by a
+killed writer is removed by the next save (`remove_stale_temporaries`). Any unreadable, damaged or
+incomplete file raises `CheckpointError` with one line; a write that fails (a full disk, a read-only
+folder) raises `RunWriteError` with one line.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ __all__ = [
     "seed_everything",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _TAG = "geodesic-rl/agent-checkpoint/v"
 FORMAT = f"{_TAG}{FORMAT_VERSION}"
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 DIGEST_SINCE = 3
 """the first format version whose files carry `digest` (content_digest of the rest)"""
 

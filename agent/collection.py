@@ -1,11 +1,12 @@
 """Where the training loop's transitions come from: K copies of the run's env stepped in
-lock-step (`train.num_envs`), each with its own planner (warm start, episodic memory) and
-random generator, all planned for in one batch (agent.planner.plan_batch).
+lock-step (`train.num_envs`), each with its own planner (warm start), episode so far (history
+window and episodic memory, agent/episode.py) and random generator, all planned for in one
+batch (agent.planner.plan_batch).
 
 `Collection` is one interface over the two cases:
 
-- K = 1: the agent's own env (`Agent.env`), its planner and generator; exactly the single-env
-  loop the project always had (the same draws, the same checkpoints).
+- K = 1: the agent's own env (`Agent.env`), its planner, episode and generator; exactly the
+  single-env loop the project always had (the same draws, the same checkpoints).
 - K > 1: a gymnasium vector env (`train.vector_env`: SyncVectorEnv in this process, or
   AsyncVectorEnv with a process per copy) with autoreset disabled: the loop resets a copy
   itself at the start of the step after its episode ended, so each stored transition's
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from agent.checkpoint import rng_from_state, rng_state, set_env_rng_state
+from agent.episode import EpisodeSoFar
 from agent.planner import Planner
 from agent.protocols import ActingAgent
 from agent.runs import make_run_env
@@ -46,7 +48,7 @@ def copy_seed(seed: int, copy: int) -> int:
 
 
 class Collection:
-    """K env copies with their planners and generators (module docstring)."""
+    """K env copies with their planners, episodes and generators (module docstring)."""
 
     def __init__(self, agent: ActingAgent):
         tc = agent.config.train
@@ -56,6 +58,7 @@ class Collection:
         self.planners = [agent.planner] + [
             Planner(agent.config.planner, agent.action_dim, agent.discount) for _ in range(1, k)
         ]
+        self.episodes = [agent.episode] + [EpisodeSoFar() for _ in range(1, k)]
         self.generators = [agent.generator] + [
             torch.Generator(device=agent.device).manual_seed(copy_seed(tc.seed, first + i))
             for i in range(1, k)
@@ -79,10 +82,11 @@ class Collection:
 
     # ------------------------------------------------------------------ stepping
     def reset(self, mask: np.ndarray, obs: np.ndarray | None) -> np.ndarray:
-        """Start new episodes in the copies where mask [K] is True (their planners reset);
-        returns the observations [K, O], the others' taken from `obs`."""
+        """Start new episodes in the copies where mask [K] is True (their planners and
+        episodes reset); returns the observations [K, O], the others' taken from `obs`."""
         for i in np.flatnonzero(mask):
             self.planners[i].reset()
+            self.episodes[i].reset()
         if self.num_envs == 1:
             first, _ = self.env.reset()
             return np.asarray(first)[None]
@@ -100,7 +104,11 @@ class Collection:
         if random:
             return np.stack([self._uniform(g) for g in self.generators])
         return self.agent.act_batch(
-            obs, explore=True, planners=self.planners, generators=self.generators
+            obs,
+            explore=True,
+            planners=self.planners,
+            generators=self.generators,
+            episodes=self.episodes,
         )
 
     def _uniform(self, generator: torch.Generator) -> np.ndarray:

@@ -77,7 +77,7 @@ def latent_fit(agent: Agent, states: int) -> dict[str, Any] | None:
         (horizon, batch.obs.shape[1])
     )  # [H, B]
     state = model.encode(batch.obs[0])
-    context = model.context(state, batch.history_obs, batch.history_mask, batch.memory)
+    context = model.context(state, batch.episode)
     losses = []
     for t in range(horizon):
         state = model.next(state, batch.action[t], context, stochastic=False)

@@ -24,6 +24,7 @@ stochastic=False (mean step).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,8 +34,7 @@ import torch
 from torch import Tensor
 
 from agent.guard import NonFiniteError, check_actions
-from world_model.memory.episodic import MemoryInputs
-from world_model.model import LatentState, WorldModel
+from world_model.model import EpisodeInputs, LatentState, WorldModel
 from world_model.options import check_choices
 
 __all__ = [
@@ -163,7 +163,8 @@ class Planner:
     """Sampling-based planner with a warm start carried between calls of one episode.
 
     `reset()` at every episode start; `plan()` returns the action [A] to take now; several
-    planners (one per environment) plan together with `plan_batch`.
+    planners (one per environment) plan together with `plan_batch`. What the model's context
+    reads of the episode is not the planner's: agent.episode.EpisodeSoFar keeps it.
     """
 
     def __init__(self, config: PlannerConfig, action_dim: int, discount: float):
@@ -171,116 +172,49 @@ class Planner:
         self.action_dim = action_dim
         self.discount = discount
         self._prev_mean: Tensor | None = None  # [H, A], the last plan
-        self._history: list[Tensor] = []  # this episode's observations before the current one
-        # this episode's transitions (obs, action, next obs), oldest first, for an episodic
-        # memory; `_pending` is the last plan's (obs, action), completed by the next obs
-        self._transitions: list[tuple[Tensor, Tensor, Tensor]] = []
-        self._pending: tuple[Tensor, Tensor] | None = None
         self.last_info: dict[str, float] = {}
 
     def reset(self) -> None:
         self._prev_mean = None
-        self._history = []
-        self._transitions = []
-        self._pending = None
-
-    def _record(self, obs: Tensor, capacity: int) -> None:
-        """The observation after the last plan's action completes a transition of this
-        episode (kept: the last `capacity`)."""
-        if self._pending is not None:
-            self._transitions = [*self._transitions, (*self._pending, obs.clone())][-capacity:]
-        self._pending = None
-
-    def _memory_rows(self) -> tuple[Tensor, Tensor, Tensor] | None:
-        if not self._transitions:
-            return None
-        return tuple(torch.stack(x) for x in zip(*self._transitions, strict=True))
-
-    def _history_inputs(self, w: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        """The last w observations of this episode for the dynamics' context ([w, 1, O] oldest
-        first, padded in front and masked while the episode is younger)."""
-        past = self._history[-w:]
-        obs = like.new_zeros(w, 1, like.shape[-1])
-        mask = torch.zeros(w, 1, dtype=torch.bool, device=like.device)
-        if past:
-            obs[w - len(past) :, 0] = torch.stack(past).to(like)
-            mask[w - len(past) :] = True
-        return obs, mask
 
     def state_dict(self) -> dict:
-        pending = self._pending
-        return {
-            "prev_mean": None if self._prev_mean is None else self._prev_mean.cpu().clone(),
-            "history": [h.cpu().clone() for h in self._history],
-            "transitions": [[t.cpu().clone() for t in x] for x in self._transitions],
-            "pending": None if pending is None else [t.cpu().clone() for t in pending],
-        }
+        return {"prev_mean": None if self._prev_mean is None else self._prev_mean.cpu().clone()}
 
     def load_state_dict(self, state: dict) -> None:
         prev = state.get("prev_mean")
         self._prev_mean = None if prev is None else prev.clone()
-        self._history = [h.clone() for h in state.get("history", [])]
-        self._transitions = [tuple(t.clone() for t in x) for x in state.get("transitions", [])]
-        pending = state.get("pending")
-        self._pending = None if pending is None else tuple(t.clone() for t in pending)
 
     def plan(
-        self, model: WorldModel, obs: Tensor, *, explore: bool, generator: torch.Generator
+        self,
+        model: WorldModel,
+        obs: Tensor,
+        episode: EpisodeInputs | None = None,
+        *,
+        explore: bool,
+        generator: torch.Generator,
     ) -> Tensor:
-        """obs [O] or [1, O] -> action [A] in [-1, 1]. The observation joins this episode's
-        history (read by dynamics with history_length > 0) after planning."""
+        """obs [O] or [1, O] -> action [A] in [-1, 1]; `episode`: what the model's context
+        reads of the episode before obs (batch 1; agent.episode.episode_inputs)."""
         return plan_batch(
-            [self], model, obs.reshape(1, -1), explore=explore, generators=[generator]
+            [self], model, obs.reshape(1, -1), episode, explore=explore, generators=[generator]
         )[0]
 
 
-def _context(model: WorldModel, planners: Sequence[Planner], obs: Tensor, states, n: int):
-    """The dynamics' context for rollouts from `states` (the E roots, or their E x n rows,
-    environment-major: n rows per environment), each environment's history joining its
-    planner's after."""
-    w = getattr(model, "history_length", 0)
-    memory = _memory(model, planners, obs, n)
-    extra = {} if memory is None else {"memory": memory}  # only a model that reads one
-    if w <= 0:
-        return model.context(states, **extra)
-    inputs = [p._history_inputs(w, obs[i : i + 1]) for i, p in enumerate(planners)]
-    history = torch.cat([h for h, _ in inputs], dim=1)  # [w, E, O]
-    mask = torch.cat([m for _, m in inputs], dim=1)  # [w, E]
-    for i, planner in enumerate(planners):
-        planner._history = [*planner._history, obs[i].clone()][-w:]
-    return model.context(
-        states, history.repeat_interleave(n, 1), mask.repeat_interleave(n, 1), **extra
-    )
-
-
-def _memory(model: WorldModel, planners: Sequence[Planner], obs: Tensor, n: int):
-    """Each environment's episodic memory (its planner's transitions, the newest completed by
-    obs) as MemoryInputs for E x n rollout rows (n rows per environment), or None when the
-    model reads no memory or no environment holds a transition yet."""
-    capacity = getattr(model, "memory_capacity", 0)
-    if capacity <= 0:
+def _rows_inputs(episode: EpisodeInputs | None, n: int) -> EpisodeInputs | None:
+    """E environments' episode inputs for their E x n rollout rows (environment-major)."""
+    if episode is None:
         return None
-    for i, planner in enumerate(planners):
-        planner._record(obs[i], capacity)
-    held = [p._memory_rows() for p in planners]
-    if all(h is None for h in held):
-        return None
-    rows = [torch.cat(x) for x in zip(*(h for h in held if h is not None), strict=True)]
-    index = torch.zeros(capacity, len(planners), dtype=torch.long)
-    mask = torch.zeros(capacity, len(planners), dtype=torch.bool)
-    offset = 0
-    for i, h in enumerate(held):  # newest last, padded in front, like the buffer's
-        if h is None:
-            continue
-        k = h[0].shape[0]
-        index[capacity - k :, i] = torch.arange(offset, offset + k)
-        mask[capacity - k :, i] = True
-        offset += k
-    device = obs.device
-    return MemoryInputs(
-        *(r.to(device=device, dtype=obs.dtype) for r in rows),
-        index=index.repeat_interleave(n, 1).to(device),
-        mask=mask.repeat_interleave(n, 1).to(device),
+    history, mask, memory = episode.history_obs, episode.history_mask, episode.memory
+    return EpisodeInputs(
+        None if history is None else history.repeat_interleave(n, 1),
+        None if mask is None else mask.repeat_interleave(n, 1),
+        None
+        if memory is None
+        else dataclasses.replace(
+            memory,
+            index=memory.index.repeat_interleave(n, 1),
+            mask=memory.mask.repeat_interleave(n, 1),
+        ),
     )
 
 
@@ -294,15 +228,17 @@ def plan_batch(
     planners: Sequence[Planner],
     model: WorldModel,
     obs: Tensor,
+    episode: EpisodeInputs | None = None,
     *,
     explore: bool,
     generators: Sequence[torch.Generator],
 ) -> Tensor:
     """One planning step for E environments at once: obs [E, O] -> actions [E, A] in [-1, 1].
-    Environment i uses planners[i]'s warm start and history and draws every random number from
-    generators[i] (in the order of a single plan(): per iteration the samples, then in the
-    first iteration the prior's noise per step, then the terminal actions' noise; then the
-    elite choice and the exploration noise)."""
+    `episode`: what the model's context reads of each environment's episode before obs (E
+    columns; agent.episode.episode_inputs). Environment i uses planners[i]'s warm start and
+    draws every random number from generators[i] (in the order of a single plan(): per
+    iteration the samples, then in the first iteration the prior's noise per step, then the
+    terminal actions' noise; then the elite choice and the exploration noise)."""
     cfg = planners[0].config
     horizon, n, n_pi = cfg.horizon, cfg.num_samples, cfg.num_pi_trajs
     a_dim, discount = planners[0].action_dim, planners[0].discount
@@ -316,7 +252,7 @@ def plan_batch(
     # rows themselves, so that every row reads its own environment's context.
     single = n_env == 1
     starts = root if single else root.map(lambda x: x.repeat_interleave(n, 0))
-    context = _context(model, planners, obs, starts, 1 if single else n)
+    context = model.context(starts, _rows_inputs(episode, 1 if single else n))
     starts = model.root(starts, context)
     rows = starts.expand(n) if single else starts  # [E * N]
 
@@ -373,7 +309,6 @@ def plan_batch(
         if explore:
             action = action + std[0, i] * _randn(g, (a_dim,), action)
         chosen[i] = action.clamp(-1, 1)
-        planner._pending = (obs[i].clone(), chosen[i].clone())  # the env's next obs completes it
         planner._prev_mean = mean[:, i]
         planner.last_info = {
             "elite_value": float(elite_values[i].mean()),

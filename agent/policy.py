@@ -1,6 +1,6 @@
-"""The agent's planner as a batched policy: one MPPI planner (warm start, history) and one random
-generator per environment, all environments planned in one batch (agent.planner.plan_batch;
-library code; see agent/episodes.py for the protocol)."""
+"""The agent's planner as a batched policy: one MPPI planner (warm start), one episode so far
+(agent/episode.py) and one random generator per environment, all environments planned in one
+batch (agent.planner.plan_batch; library code; see agent/episodes.py for the protocol)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from agent.episode import EpisodeSoFar
 from agent.planner import Planner
 from agent.protocols import PlanningAgent
 
@@ -18,7 +19,7 @@ __all__ = ["PlannerPolicy"]
 class PlannerPolicy:
     """observations [N, O] -> actions [N, A] by planning with `agent`'s world model for the N
     environments at once, in the agent's scaled units (actions in [-1, 1]). Environment i has
-    planner i and generator i (created when N changes, drawing from `generator`);
+    planner i, episode i and generator i (created when N changes, drawing from `generator`);
     `reset(mask, seeds)` starts environment i's episode where mask[i], with a generator of its
     own seeded by seeds[i] when seeds are given (evaluation: an episode then plans the same
     alone or in a batch). `explore` adds the planner's noise."""
@@ -28,6 +29,7 @@ class PlannerPolicy:
         self.generator = generator
         self.explore = explore
         self.planners: list[Planner] = []
+        self.episodes: list[EpisodeSoFar] = []
         self.generators: list[torch.Generator] = []
 
     def _ensure(self, n: int) -> None:
@@ -36,6 +38,7 @@ class PlannerPolicy:
             self.planners = [
                 Planner(agent.config.planner, agent.action_dim, agent.discount) for _ in range(n)
             ]
+            self.episodes = [EpisodeSoFar() for _ in range(n)]
             self.generators = [self.generator] * n
 
     def reset(self, mask: np.ndarray, seeds: Sequence[int] | None = None) -> None:
@@ -44,6 +47,7 @@ class PlannerPolicy:
         for i, start in enumerate(mask):
             if start:
                 self.planners[i].reset()
+                self.episodes[i].reset()
                 if seeds is not None:
                     device = self.generator.device
                     self.generators[i] = torch.Generator(device=device).manual_seed(int(seeds[i]))
@@ -52,5 +56,9 @@ class PlannerPolicy:
         obs = np.asarray(observations, dtype=np.float32)
         self._ensure(obs.shape[0])
         return self.agent.act_batch(
-            obs, explore=self.explore, planners=self.planners, generators=self.generators
+            obs,
+            explore=self.explore,
+            planners=self.planners,
+            generators=self.generators,
+            episodes=self.episodes,
         )

@@ -30,6 +30,7 @@ import torch
 
 from agent.buffer import ReplayBuffer
 from agent.config import RunConfig
+from agent.episode import EpisodeSoFar
 from agent.planner import Planner
 from world_model.model import WorldModel
 from world_model.training import SequenceBatch
@@ -38,7 +39,8 @@ __all__ = ["ActingAgent", "InspectedAgent", "PlanningAgent"]
 
 
 class PlanningAgent(Protocol):
-    """Plans actions for E environments at once with planners and generators it is handed.
+    """Plans actions for E environments at once with the planners, generators and episodes so
+    far it is handed.
     Implemented by agent.agent.Agent; read by agent.policy.PlannerPolicy (which makes one
     planner per environment from `config.planner`, `action_dim` and `discount`)."""
 
@@ -53,18 +55,20 @@ class PlanningAgent(Protocol):
         explore: bool,
         planners: Sequence[Planner],
         generators: Sequence[torch.Generator],
+        episodes: Sequence[EpisodeSoFar],
     ) -> np.ndarray: ...
 
 
 class ActingAgent(PlanningAgent, Protocol):
-    """A PlanningAgent with its own env, planner and generator (copy 0 of a run's env copies)
-    and its seed-phase random actions. Implemented by agent.agent.Agent; read by
+    """A PlanningAgent with its own env, planner, episode and generator (copy 0 of a run's env
+    copies) and its seed-phase random actions. Implemented by agent.agent.Agent; read by
     agent.collection.Collection (and, through it, agent.distributed.ShardedCollection)."""
 
     env: gym.Env
     device: torch.device
     first_copy: int  # this process's first global env copy (a data-parallel rank's r K)
     planner: Planner
+    episode: EpisodeSoFar
     generator: torch.Generator
 
     def random_action(self) -> np.ndarray: ...

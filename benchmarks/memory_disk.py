@@ -54,7 +54,7 @@ from world_model.geodesic import (
 )
 from world_model.memory.episodic import MemoryInputs
 from world_model.memory.routing import clear_optimizer_rows
-from world_model.model import WorldModel, WorldModelConfig
+from world_model.model import EpisodeInputs, WorldModel, WorldModelConfig
 
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored
@@ -144,7 +144,7 @@ def train(model, obs, acts, std, updates, batch, horizon, seed, lr=1e-2) -> floa
         with torch.no_grad():
             targets = model.encode(o[:, 1:].flatten(0, 1), target=True).unflatten((batch, horizon))
         root = state = model.encode(o[:, 0])
-        ctx = model.context(state, memory=memory)
+        ctx = model.context(state, EpisodeInputs(memory=memory))
         decode, consistency, first = 0.0, 0.0, None
         for t in range(horizon):
             state = model.next(state, a[:, t], ctx, stochastic=True)
@@ -191,7 +191,7 @@ def energy_drift(model, obs, acts, true) -> float:
     if capacity:
         memory = memory_inputs(obs, acts, torch.arange(n), torch.full((n,), WARM), capacity)
     state = model.encode(true[:, 0])
-    ctx = model.context(state, memory=memory)
+    ctx = model.context(state, EpisodeInputs(memory=memory))
     saved = integ.friction_raw.detach().clone()
     integ.friction_raw.fill_(-1.0)  # relu: friction 0
     ctx.ou = integ.ou_coefficients()
@@ -214,7 +214,7 @@ def open_loop(model, obs, acts, true, std) -> dict[str, float]:
     if capacity:
         memory = memory_inputs(obs, acts, torch.arange(n), torch.full((n,), WARM), capacity)
     state = model.encode(true[:, 0])
-    ctx = model.context(state, memory=memory)
+    ctx = model.context(state, EpisodeInputs(memory=memory))
     pred = [model.decode(state)]
     for t in range(TEST):
         state = model.next(state, acts[:, WARM + t], ctx, stochastic=False)

@@ -32,6 +32,7 @@ import torch
 from agent.agent import Agent
 from agent.episodes import run_episodes
 from agent.inspection import load_run
+from world_model.model import EpisodeInputs
 
 Trajectory = tuple[np.ndarray, np.ndarray, np.ndarray]  # obs [T+1, O], actions [T, A], rewards [T]
 
@@ -75,7 +76,7 @@ def history_windows(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For roots 0..starts-1 of one episode obs [T+1, O]: the `width` observations before each
     root, oldest first, and their mask (False before the episode began): [W, starts, O] and
-    [W, starts] (the layout Planner._history_inputs builds for one root)."""
+    [W, starts] (the layout agent.episode.episode_inputs builds for one root)."""
     history = obs.new_zeros(width, starts, obs.shape[-1])
     mask = torch.zeros(width, starts, dtype=torch.bool)
     roots = torch.arange(starts)
@@ -100,11 +101,8 @@ def value_errors(agent: Agent, trajectories: list[Trajectory], steps: int, horiz
         act = torch.as_tensor(actions)
         returns = discounted_returns(rewards, discount)[:roots]
         state = model.encode(obs[:roots])  # [roots]
-        context = (
-            model.context(state, *history_windows(obs, roots, width))
-            if width > 0
-            else model.context(state)
-        )
+        episode = EpisodeInputs(*history_windows(obs, roots, width)) if width > 0 else None
+        context = model.context(state, episode)
         reward = model.reward(state, act[:roots]).squeeze(-1).numpy()
         q = model.Q(state, act[:roots], return_type="avg").squeeze(-1).numpy()
         value, scale = torch.zeros(roots), 1.0

@@ -36,12 +36,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from world_model.layers import ACTIVATIONS, QEnsemble, mlp
+from world_model.memory.episodic import MemoryInputs
 from world_model.twohot import two_hot_inv
 
 __all__ = [
     "LatentState",
     "carried",
-    "Transition",
+    "EpisodeInputs",
     "Dynamics",
     "DynamicsConfig",
     "WorldModelConfig",
@@ -138,18 +139,17 @@ class LatentState:
 
 
 @dataclass
-class Transition:
-    """One environment transition as the agent saw it (batch of 1; tensors on the model's
-    device). `state` is the latent state the planner encoded from `obs` (None when acting
-    randomly during the seed phase)."""
+class EpisodeInputs:
+    """What a dynamics' context reads of the episode before B rollout roots: history_obs
+    [W, B, O] (oldest first) with history_mask [W, B] (bool), the W observations before each
+    root in its episode (Dynamics.history_length; masked before the episode's start), and
+    memory, its transitions before the root (world_model.memory.episodic.MemoryInputs;
+    Dynamics.memory_capacity). Each None when not read. Assembled while acting by
+    agent.episode.episode_inputs and in training by the replay buffer (SequenceBatch.episode)."""
 
-    obs: Tensor  # [1, O]
-    action: Tensor  # [1, A]
-    reward: Tensor  # [1, 1]
-    next_obs: Tensor  # [1, O]
-    terminated: bool
-    truncated: bool
-    state: LatentState | None = None
+    history_obs: Tensor | None = None
+    history_mask: Tensor | None = None
+    memory: MemoryInputs | None = None
 
 
 # ----------------------------------------------------------------------- dynamics interface
@@ -185,7 +185,6 @@ class Dynamics(nn.Module):
     - `root(state, context) -> state`: the rollout root with what every rollout step would
       first recompute at it, computed once (a planner calls it before expanding its root);
       default the state itself.
-    - `on_transition(transition)`: called on every env transition (memory, prototypes); no-op.
     - `genesis(roots [B], errors [B]) -> [(parameter, rows)]`: called after every update with
       the batch's root states and their one-step prediction errors, for a dynamics that grows
       (DMG prototypes); returns the parameter rows it rewrote, whose optimiser moments the
@@ -201,7 +200,7 @@ class Dynamics(nn.Module):
       model then decodes with it and builds no learned decoder. Default False.
 
     The agent keeps an EMA copy of the whole dynamics as the target encoder, so `encode` must
-    depend on parameters (and buffers) only, not on state that `on_transition` accumulates.
+    depend on parameters (and buffers) only.
     """
 
     state_type: type[LatentState] = LatentState
@@ -244,9 +243,6 @@ class Dynamics(nn.Module):
         fields). A planner calls it on its root before expanding the root to its samples, so
         that this is computed once, not once per sample and iteration. Default: `state`."""
         return state
-
-    def on_transition(self, transition: Transition) -> None:
-        return None
 
     def genesis(self, roots: LatentState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:
         return []
@@ -360,24 +356,18 @@ class WorldModel(nn.Module):
         """One env step in latent space: state [B], action [B, A] -> state [B]."""
         return self.dynamics.next(state, action, context, stochastic=stochastic)
 
-    def context(
-        self,
-        state: LatentState,
-        history_obs: Tensor | None = None,
-        history_mask: Tensor | None = None,
-        memory: Any = None,
-    ) -> Any:
-        """The dynamics' context for rollouts from `state` [B]. history_obs [W, B, O] (oldest
-        first) and history_mask [W, B] are the observations before the root in its episode;
-        they are encoded here and passed on only to a dynamics with history_length > 0, `memory`
-        (the episode's transitions before the root, world_model.memory.episodic.MemoryInputs)
-        only to one with memory_capacity > 0, and value_fn only to one with
-        uses_value_gradient."""
+    def context(self, state: LatentState, episode: EpisodeInputs | None = None) -> Any:
+        """The dynamics' context for rollouts from `state` [B], given what it reads of the
+        episode before each root (`episode`): its history observations are encoded here and
+        passed on only to a dynamics with history_length > 0, its memory only to one with
+        memory_capacity > 0, and value_fn only to one with uses_value_gradient."""
         dyn = self.dynamics
+        episode = episode or EpisodeInputs()
         inputs: dict[str, Any] = {}
-        if dyn.memory_capacity > 0 and memory is not None:
-            inputs["memory"] = memory
-        if dyn.history_length > 0 and history_obs is not None:
+        if dyn.memory_capacity > 0 and episode.memory is not None:
+            inputs["memory"] = episode.memory
+        if dyn.history_length > 0 and episode.history_obs is not None:
+            history_obs, history_mask = episode.history_obs, episode.history_mask
             w, b = history_obs.shape[:2]
             encoded = dyn.encode(history_obs.flatten(0, 1))  # [W * B]
             inputs["history"] = encoded.unflatten((w, b)).map(lambda t: t.transpose(0, 1))

@@ -25,17 +25,14 @@ strong flat baseline, trained exactly like the geodesic model, is needed at all.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from world_model import sharding
 from world_model.memory.episodic import MemoryInputs
+from world_model.model import EpisodeInputs, LatentState, WorldModel
 from world_model.twohot import soft_cross_entropy, symexp, symlog, two_hot, two_hot_inv
-
-if TYPE_CHECKING:
-    from world_model.model import LatentState, WorldModel
 
 __all__ = [
     "symlog",
@@ -97,6 +94,11 @@ class SequenceBatch:
     @property
     def horizon(self) -> int:
         return self.action.shape[0]
+
+    @property
+    def episode(self) -> EpisodeInputs:
+        """What the model's context reads of the episode before each sequence's start."""
+        return EpisodeInputs(self.history_obs, self.history_mask, self.memory)
 
     def to(self, device) -> SequenceBatch:
         def move(t: Tensor | None) -> Tensor | None:
@@ -217,7 +219,7 @@ def world_model_loss(
         target_next = target_next.unflatten((horizon, batch_size))  # [H, B]
 
     state = model.encode(batch.obs[0])  # [B]
-    context = model.context(state, batch.history_obs, batch.history_mask, batch.memory)
+    context = model.context(state, batch.episode)
     states = [state]
     consistency = batch.obs.new_zeros(())
     for t in range(horizon):

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from world_model.model import EpisodeInputs
+
 __all__ = ["HORIZON", "EpisodeRecorder", "open_loop_error"]
 
 HORIZON = 50
@@ -70,7 +72,7 @@ def open_loop_error(
     model.eval()
     try:
         state = model.encode(obs0)
-        ctx = model.context(state, history, mask)
+        ctx = model.context(state, EpisodeInputs(history, mask))
         errors = []
         for h in range(horizon):
             state = model.next(state, acts[:, h], ctx, stochastic=False)

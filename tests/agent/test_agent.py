@@ -229,7 +229,7 @@ def test_stop_and_resume_with_an_episodic_memory_equals_an_uninterrupted_run(tmp
     resumed = Agent.resume(tmp_path / "part")
     assert resumed.run(120) == "done"
     assert_same_state(full.agent.state_dict(), resumed.agent.state_dict())
-    assert len(full.agent.planner._transitions) == 19  # 20 steps into episode 3
+    assert len(full.agent.episode.transitions) == 19  # 20 steps into episode 3
     dynamics = full.agent.model.dynamics
     assert float(dynamics.integrator.memory.gate.detach()) != 0.0  # learned
     spawned = int(held["model"]["dynamics.prototypes.dmg.spawns"])  # grew before the stop
@@ -291,12 +291,12 @@ def _retag(path, version: int, **config_changes) -> None:
 
 
 def test_checkpoints_carry_their_format_version_and_older_ones_are_read_or_refused(tmp_path):
-    """Saved files are format v3; a v1 file (the flat config of before the redesign) loads with
+    """Saved files are format v4; a v1 file (the flat config of before the redesign) loads with
     the same parameters when its config holds no removed option, and is refused in one line
     naming its version when it does; an unknown version is refused naming it."""
     agent = make_agent()
     path = agent.save(tmp_path / "agent.pt")
-    assert torch.load(path, weights_only=True)["format"].endswith("/v3")
+    assert torch.load(path, weights_only=True)["format"].endswith("/v4")
     _retag(path, 1)
     old = Agent.load(path)
     assert_same_state(old.model.state_dict(), agent.model.state_dict())
@@ -306,6 +306,30 @@ def test_checkpoints_carry_their_format_version_and_older_ones_are_read_or_refus
     _retag(path, 1, no_such_option=True)
     with pytest.raises(CheckpointError, match="format version 1.*unknown key 'no_such_option'"):
         Agent.load(path)
+
+
+def test_a_format_3_checkpoint_keeps_its_episode_so_far_from_the_planners_state(tmp_path):
+    """Format 3 kept the episode so far (history window, transitions, the pending step) in the
+    planner's state; format 4 keeps it apart (agent/episode.py). A v3 file loads with its
+    episode and its warm start where they were."""
+    from agent.checkpoint import content_digest
+
+    agent = make_agent()
+    agent.episode.history = [torch.randn(3), torch.randn(3)]
+    agent.episode.transitions = [(torch.randn(3), torch.randn(1), torch.randn(3))]
+    agent.episode.acted(torch.randn(3), torch.randn(1))
+    agent.planner._prev_mean = torch.randn(agent.config.planner.horizon, 1)
+    path = agent.save(tmp_path / "agent.pt")
+    state = torch.load(path, weights_only=True)
+    state["agent"]["planner"].update(state["agent"].pop("episode"))  # the v3 layout
+    state["format"] = "geodesic-rl/agent-checkpoint/v3"
+    state.pop("digest")
+    state["digest"] = content_digest(state)
+    torch.save(state, path)
+    old = Agent.load(path)
+    assert_same_state(old.episode.state_dict(), agent.episode.state_dict())
+    assert torch.equal(old.planner._prev_mean, agent.planner._prev_mean)
+    assert set(old.planner.state_dict()) == {"prev_mean"}
 
 
 def test_a_format_1_geodesic_checkpoint_loads_its_flat_config_or_names_the_removed_option(

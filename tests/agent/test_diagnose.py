@@ -21,6 +21,7 @@ from agent.config import RunConfig
 from agent.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 from tests.conftest import ROOT, child_env
+from world_model.model import EpisodeInputs
 
 STEPS = 150
 GEODESIC = {
@@ -158,7 +159,7 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
     model = agent.model
     with torch.no_grad():
         state = model.encode(batch.obs[0])
-        context = model.context(state, batch.history_obs, batch.history_mask)
+        context = model.context(state, EpisodeInputs(batch.history_obs, batch.history_mask))
         for t in range(horizon):
             state = model.next(state, batch.action[t], context)
             target = model.encode(batch.obs[t + 1], target=True)

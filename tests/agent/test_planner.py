@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from agent.episode import EpisodeSoFar, episode_inputs
 from agent.planner import (
     Planner,
     PlannerConfig,
@@ -37,7 +38,7 @@ class QuadraticToy:
     def encode(self, obs: Tensor) -> PointState:
         return PointState(obs)
 
-    def context(self, state):
+    def context(self, state, episode=None):
         self.context_calls += 1
         return "ctx"
 
@@ -234,28 +235,39 @@ class HistoryToy(QuadraticToy):
         super().__init__(goal)
         self.histories: list[tuple[Tensor, Tensor]] = []
 
-    def context(self, state, history_obs=None, history_mask=None):
-        self.histories.append((history_obs.clone(), history_mask.clone()))
+    def context(self, state, episode=None):
+        self.histories.append((episode.history_obs.clone(), episode.history_mask.clone()))
         return "ctx"
 
 
-def test_planner_hands_the_episodes_recent_observations_to_the_context():
+def act(planner, model, episode, obs, gen, capacity=0):
+    """One step of acting as the agent does it: the episode's inputs at obs, a plan, and the
+    action joining the episode (agent.agent.Agent.act_batch for one environment)."""
+    obs = obs.reshape(1, -1)
+    inputs = episode_inputs([episode], obs, model.history_length, capacity)
+    action = planner.plan(model, obs, inputs, explore=False, generator=gen)
+    episode.acted(obs[0], action)
+    return action
+
+
+def test_the_episode_so_far_hands_the_recent_observations_to_the_context():
     model = HistoryToy(torch.zeros(1))
     planner = Planner(PlannerConfig(num_samples=16, num_elites=4, iterations=1), 1, 0.9)
-    gen = torch.Generator().manual_seed(0)
+    episode, gen = EpisodeSoFar(), torch.Generator().manual_seed(0)
     for x in (1.0, 2.0, 3.0):
-        planner.plan(model, torch.tensor([x]), explore=False, generator=gen)
+        act(planner, model, episode, torch.tensor([x]), gen)
     (h0, m0), (h1, m1), (h2, m2) = model.histories
     assert h0.shape == (2, 1, 1) and not m0.any()  # a new episode has no past
     assert m1[:, 0].tolist() == [False, True] and h1[1, 0, 0] == 1.0  # padded in front
     assert m2.all() and h2[:, 0, 0].tolist() == [1.0, 2.0]  # oldest first
-    restored = Planner(planner.config, 1, 0.9)
-    restored.load_state_dict(planner.state_dict())  # the history survives a checkpoint
-    restored.plan(model, torch.tensor([4.0]), explore=False, generator=gen)
+    restored = EpisodeSoFar()
+    restored.load_state_dict(episode.state_dict())  # the history survives a checkpoint
+    act(planner, model, restored, torch.tensor([4.0]), gen)
     assert model.histories[-1][0][:, 0, 0].tolist() == [2.0, 3.0]
-    planner.reset()  # a new episode forgets it
-    planner.plan(model, torch.tensor([5.0]), explore=False, generator=gen)
+    episode.reset()  # a new episode forgets it
+    act(planner, model, episode, torch.tensor([5.0]), gen)
     assert not model.histories[-1][1].any()
+    assert set(planner.state_dict()) == {"prev_mean"}  # the planner keeps its warm start only
 
 
 class NoisyPriorToy(QuadraticToy):
@@ -343,10 +355,15 @@ def test_a_geodesic_plan_kicks_its_root_once_and_plans_as_before(memory, monkeyp
         if not root_terms:
             monkeypatch.setattr(model, "root", lambda state, context: state)
         planner, gen = Planner(plan_cfg, 2, 0.9), torch.Generator().manual_seed(7)
+        episode = EpisodeSoFar()
         actions, calls = [], []
         for obs in observations:  # an episode: the window and the memory fill up
             batches.clear()
-            actions.append(planner.plan(model, obs, explore=True, generator=gen))
+            inputs = episode_inputs(
+                [episode], obs[None], model.history_length, model.memory_capacity
+            )
+            actions.append(planner.plan(model, obs, inputs, explore=True, generator=gen))
+            episode.acted(obs, actions[-1])
             calls.append(list(batches))
         monkeypatch.undo()
         return torch.stack(actions), calls

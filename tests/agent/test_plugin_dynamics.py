@@ -55,7 +55,7 @@ class ToyBallDynamics(Dynamics):
         self.anchor = geoopt.ManifoldParameter(
             torch.full((d,), 0.6 / d**0.5), manifold=geoopt.PoincareBall()
         )
-        self.register_buffer("transitions_seen", torch.zeros((), dtype=torch.long))
+        self.register_buffer("updates_seen", torch.zeros((), dtype=torch.long))
 
     def encode(self, obs):
         e_z, e_p = self.enc(obs).chunk(2, -1)
@@ -84,9 +84,10 @@ class ToyBallDynamics(Dynamics):
     def regularisers(self, states, batch):
         return {"toy_momentum": 1e-3 * states.p.square().mean()}
 
-    def on_transition(self, transition):
-        assert transition.obs.shape == (1, 3) and transition.reward.shape == (1, 1)
-        self.transitions_seen += 1
+    def genesis(self, roots, errors):
+        assert roots.z.shape == (errors.shape[0], self.anchor.shape[0])
+        self.updates_seen += 1
+        return []
 
     def diagnostics(self, batch):
         CALLS["diagnostics"] += 1
@@ -111,7 +112,7 @@ def test_a_ball_latent_dynamics_plugs_in_through_the_registry(tmp_path):
     trainer.close()
 
     dyn = agent.model.dynamics
-    assert int(dyn.transitions_seen) == 120
+    assert int(dyn.updates_seen) == 61  # the growth hook after every update
     assert agent.num_updates == 61
     # context: once per training batch and once per plan (60 training + 50 evaluation plans)
     assert CALLS["context_batch_B"] == 61
@@ -119,7 +120,8 @@ def test_a_ball_latent_dynamics_plugs_in_through_the_registry(tmp_path):
     # stochastic steps in the losses only, mean steps in planning
     assert CALLS["next_stochastic_True"] == 61 * config.loss.horizon
     assert CALLS["next_stochastic_False"] > 0
-    assert CALLS["consistency"] == 61 * config.loss.horizon
+    # the loss's, plus genesis's step-1 errors (this dynamics grows: it overrides genesis)
+    assert CALLS["consistency"] == 61 * (config.loss.horizon + 1)
     # diagnostics every 40 updates and once at the end
     assert CALLS["diagnostics"] == 61 // 40 + 1
     # RiemannianAdam moved the anchor and kept it in the ball; the EMA target copy too
@@ -129,7 +131,7 @@ def test_a_ball_latent_dynamics_plugs_in_through_the_registry(tmp_path):
 
     # the dynamics' buffers and ball parameter are checkpointed and restored
     resumed = Agent.resume(tmp_path / "run")
-    assert int(resumed.agent.model.dynamics.transitions_seen) == 120
+    assert int(resumed.agent.model.dynamics.updates_seen) == 61
     assert torch.equal(resumed.agent.model.dynamics.anchor, dyn.anchor)
     assert isinstance(resumed.agent.model.dynamics.anchor, geoopt.ManifoldParameter)
     resumed.close()

@@ -15,6 +15,7 @@ from agent.episodes import run_episodes
 from agent.runs import make_run_vector_env
 from tests.agent.conftest import tiny
 from tests.agent.test_compare import TINY_DYNAMICS
+from world_model.model import EpisodeInputs
 
 
 def _one_start(model, obs, acts, t, horizon, std, w):
@@ -27,7 +28,7 @@ def _one_start(model, obs, acts, t, horizon, std, w):
             if t - w + j >= 0:
                 history[j, 0], mask[j, 0] = o[t - w + j], True
     state = model.encode(o[t : t + 1])
-    ctx = model.context(state, history, mask)
+    ctx = model.context(state, EpisodeInputs(history, mask))
     out = []
     for h in range(horizon):
         state = model.next(state, torch.as_tensor(acts[t + h : t + h + 1]), ctx, stochastic=False)

@@ -4,7 +4,7 @@ for a whole episode at once, against a direct sum and against the planner's own 
 import numpy as np
 import torch
 
-from agent.planner import Planner, PlannerConfig
+from agent.episode import EpisodeSoFar, episode_inputs
 from benchmarks.value_fit import discounted_returns, history_windows
 
 
@@ -17,13 +17,12 @@ def test_discounted_returns_match_the_direct_sum():
     np.testing.assert_allclose(discounted_returns(np.ones(3), 0.5), [1.75, 1.5, 1.0])
 
 
-def test_history_windows_are_the_planners_window_at_every_root():
+def test_history_windows_are_the_acting_agents_window_at_every_root():
     obs = torch.randn(9, 3)  # one episode's observations o_0..o_8
     width, roots = 4, 7
     history, mask = history_windows(obs, roots, width)  # [W, roots, O], [W, roots]
-    planner = Planner(PlannerConfig(), action_dim=1, discount=0.99)
-    for t in range(roots):
-        planner._history = [obs[i] for i in range(t)]  # what plan() has seen before root t
-        expected, expected_mask = planner._history_inputs(width, obs[t : t + 1])  # [W, 1, O]
-        torch.testing.assert_close(history[:, t], expected[:, 0])
-        torch.testing.assert_close(mask[:, t], expected_mask[:, 0])
+    episode = EpisodeSoFar()
+    for t in range(roots):  # the window the agent's context reads at root t, acting
+        inputs = episode_inputs([episode], obs[t : t + 1], width, 0)  # [W, 1, O]
+        torch.testing.assert_close(history[:, t], inputs.history_obs[:, 0])
+        torch.testing.assert_close(mask[:, t], inputs.history_mask[:, 0])

@@ -16,7 +16,7 @@ from torch.distributions.transforms import TanhTransform
 
 from world_model.gru import GRUConfig, GRUDynamics
 from world_model.layers import EnsembleLinear, simnorm
-from world_model.model import LatentState, WorldModel, WorldModelConfig
+from world_model.model import EpisodeInputs, LatentState, WorldModel, WorldModelConfig
 from world_model.registry import (
     BUILTIN_DYNAMICS,
     build_dynamics,
@@ -410,7 +410,7 @@ def test_context_inputs_reach_only_the_dynamics_that_ask_for_them():
     state = model.encode(torch.randn(5, 4))
     hist = torch.randn(3, 5, 4)
     mask = torch.ones(3, 5, dtype=torch.bool)
-    assert model.context(state, hist, mask) == "ctx"
+    assert model.context(state, EpisodeInputs(hist, mask)) == "ctx"
     got = dyn.inputs
     assert got["history"].h.shape == (5, 3, 16)  # batch-major, oldest first
     torch.testing.assert_close(got["history"].h[:, 1], dyn.encode(hist[1]).h)
@@ -420,4 +420,7 @@ def test_context_inputs_reach_only_the_dynamics_that_ask_for_them():
     plain = WorldModel(
         4, 2, GRUDynamics(4, 2, GRUConfig(latent_dim=16, encoder_dim=16, input_dim=16))
     )
-    assert plain.context(plain.encode(torch.randn(2, 4)), hist[:, :2], mask[:, :2]) is None
+    assert (
+        plain.context(plain.encode(torch.randn(2, 4)), EpisodeInputs(hist[:, :2], mask[:, :2]))
+        is None
+    )

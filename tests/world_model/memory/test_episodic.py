@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from agent.buffer import ReplayBuffer
-from agent.planner import Planner, PlannerConfig, _memory
+from agent.episode import EpisodeSoFar, episode_inputs
+from agent.planner import Planner, PlannerConfig, _rows_inputs, plan_batch
 from world_model.geodesic import GeodesicConfig, GeodesicDynamics
 from world_model.geodesic.config import ContextConfig
 from world_model.memory.episodic import EpisodicMemory, MemoryBank, MemoryInputs
@@ -178,41 +179,49 @@ def test_the_memory_force_enters_the_kick_through_the_gate():
     assert (opened - without).abs().max() > 1e-3
 
 
-def test_planner_remembers_its_episodes_executed_transitions():
-    """Each plan call completes the previous call's (obs, action) with its observation; reset
-    starts a new episode; the last `capacity` are kept; two environments index their own."""
+def test_the_episode_so_far_remembers_its_executed_transitions():
+    """Acting as the agent does (agent.agent.Agent.act_batch: the episodes' inputs, one batched
+    plan, each action joining its episode), every plan completes the previous step's (obs,
+    action) with its observation; reset starts a new episode; the last `capacity` are kept; two
+    environments index their own, and the planner repeats them for its rows."""
     torch.manual_seed(3)
     dyn = _identity_dynamics()
     model = WorldModel(8, 2, dyn, WorldModelConfig(hidden_dim=16))
     cfg = PlannerConfig(horizon=2, iterations=1, num_samples=16, num_elites=4, num_pi_trajs=2)
     planners = [Planner(cfg, 2, 0.99) for _ in range(2)]
+    episodes = [EpisodeSoFar() for _ in range(2)]
     g = [torch.Generator().manual_seed(i) for i in range(2)]
     observations, actions = [], []
     for t in range(6):
         obs = torch.cat([0.1 * torch.randn(1, 4), torch.randn(1, 4)], -1)
         if t == 4:
-            planners[1].reset()  # env 1's episode ends here
+            episodes[1].reset()  # env 1's episode ends here
         observations.append(obs)
-        actions.append(planners[0].plan(model, obs, explore=True, generator=g[0]))
-        planners[1].plan(model, obs, explore=False, generator=g[1])
-    held = planners[0]._transitions
+        both = obs.expand(2, -1)
+        inputs = episode_inputs(episodes, both, model.history_length, model.memory_capacity)
+        chosen = plan_batch(planners, model, both, inputs, explore=True, generators=g)
+        for episode, o, a in zip(episodes, both, chosen, strict=True):
+            episode.acted(o, a)
+        actions.append(chosen[0])
+    held = episodes[0].transitions
     assert len(held) == 5
     for t, (o, a, o2) in enumerate(held):
         assert torch.equal(o, observations[t][0]) and torch.equal(o2, observations[t + 1][0])
         assert torch.equal(a, actions[t])
-    assert len(planners[1]._transitions) == 1  # reset at t = 4: one transition since
+    assert len(episodes[1].transitions) == 1  # reset at t = 4: one transition since
     now = torch.cat([0.1 * torch.randn(1, 4), torch.randn(1, 4)], -1)
-    inputs = _memory(model, planners, now.expand(2, -1), n=3)  # capacity 64, 3 rows per env
-    assert inputs.obs.shape[0] == 6 + 2  # the new obs completes each env's pending step
-    assert inputs.mask[:, :3].sum(0).tolist() == [6, 6, 6]
-    assert inputs.mask[:, 3:].sum(0).tolist() == [2, 2, 2]
-    rows = inputs.index[-1, 3][None]
-    assert torch.equal(inputs.next_obs[rows][0], now[0])
-    small = Planner(cfg, 2, 0.99)
+    inputs = episode_inputs(episodes, now.expand(2, -1), 0, 64)
+    memory = _rows_inputs(inputs, 3).memory  # 3 rows per env
+    assert memory.obs.shape[0] == 6 + 2  # the new obs completes each env's pending step
+    assert memory.mask[:, :3].sum(0).tolist() == [6, 6, 6]
+    assert memory.mask[:, 3:].sum(0).tolist() == [2, 2, 2]
+    rows = memory.index[-1, 3][None]
+    assert torch.equal(memory.next_obs[rows][0], now[0])
+    small = EpisodeSoFar()
     for _ in range(5):
-        small._pending = (now[0], torch.zeros(2))
-        small._record(now[0], capacity=3)
-    assert len(small._transitions) == 3
+        small.acted(now[0], torch.zeros(2))
+        episode_inputs([small], now, 0, 3)
+    assert len(small.transitions) == 3
 
 
 def test_unknown_memory_operator_is_a_clear_error():
