@@ -19,9 +19,8 @@ import torch
 from torch import Tensor
 
 from agent.protocols import InspectedAgent
-from geometry import poincare
 from world_model.attention.covariant import AttentionRecord, CovariantQueries
-from world_model.memory.window import position_features, state_features
+from world_model.geodesic import kick
 
 if TYPE_CHECKING:
     from agent.buffer import ReplayBuffer
@@ -127,8 +126,9 @@ def head_pass(
 ) -> HeadPass:
     """The heads at the encoded states of obs [B, O] with their history windows history_obs
     [W, B, O] / history_mask [W, B]: queries and banks as world_model/geodesic/reports.py's
-    node reports build them (kick queries (z, log_0 z) with the value gradient; drift queries
-    (z, log_0 z, p / lambda) with the velocity G^-1 p), plus the drift's chiral projector."""
+    node reports and the integrator build them (world_model/geodesic/kick.py: kick queries
+    (z, log_0 z), drift queries (z, log_0 z, p / lambda) with the velocity G^-1 p, both gated by
+    the chiral projector of the value gradient)."""
     model = agent.model
     dyn = model.dynamics
     device = agent.device
@@ -143,18 +143,11 @@ def head_pass(
     ctx = dyn.context(state, history, mask, value_fn=value_fn)
     integ = dyn.integrator
     z, p = state.z, state.p
-    kick_queries = CovariantQueries(
-        positions=z, features=position_features(z), value_grad=ctx.value_grad
-    )
-    _, kick = integ.kick_head(kick_queries, ctx.force)
+    kick_queries = kick.kick_queries(integ.kick_head, z, ctx)
+    _, kick_record = integ.kick_head(kick_queries, ctx.force)
     drift_queries = drift = drift_pre = None
     if ctx.correction is not None:
-        drift_queries = CovariantQueries(
-            positions=z,
-            features=state_features(z, p),
-            velocity=p * poincare.inverse_metric_factor(z),
-            value_grad=ctx.value_grad,
-        )
+        drift_queries = kick.drift_queries(integ.drift_head, z, p, ctx)
         _, drift = integ.drift_head(drift_queries, ctx.correction)
         drift_pre = ctx.correction.mixture(drift.weights)
     return HeadPass(
@@ -162,8 +155,8 @@ def head_pass(
         p=p,
         context=ctx,
         kick_queries=kick_queries,
-        kick=kick,
-        kick_pre_gate=ctx.force.mixture(kick.weights),
+        kick=kick_record,
+        kick_pre_gate=ctx.force.mixture(kick_record.weights),
         drift_queries=drift_queries,
         drift=drift,
         drift_pre_gate=drift_pre,

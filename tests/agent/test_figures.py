@@ -28,7 +28,9 @@ from geometry.doublet import chiral_gate, chiral_operator
 from tests.agent.conftest import call_main, tiny
 from world_model.attention.covariant import CovariantQueries
 from world_model.diagnostics import gauge_invariance_check, texture_leakage_check
+from world_model.geodesic.kick import kick_queries
 from world_model.memory.window import state_features
+from world_model.model import EpisodeInputs
 
 STEPS = 100  # 60 random seed steps, 40 updates: two whole 50-step episodes
 D_K = 8
@@ -112,9 +114,9 @@ def heads_at_episodes(agent: Agent, episodes: list[np.ndarray]):
     model.eval()
     with torch.no_grad():
         state = model.encode(obs)
-        ctx = model.context(state, hist, mask)
+        ctx = model.context(state, EpisodeInputs(hist, mask))
         integ = dyn.integrator
-        _, kick = integ.kick_head(integ._kick_queries(state.z, ctx), ctx.force)
+        _, kick = integ.kick_head(kick_queries(integ.kick_head, state.z, ctx), ctx.force)
         drift_queries = CovariantQueries(
             positions=state.z,
             features=state_features(state.z, state.p),
@@ -306,7 +308,7 @@ def test_node67_per_wilson_mode_is_the_gauge_check_with_that_mode(metric_run, me
     model = agent.model
     with torch.no_grad():
         state = model.encode(batch.obs[0])
-        ctx = model.context(state, batch.history_obs, batch.history_mask)
+        ctx = model.context(state, EpisodeInputs(batch.history_obs, batch.history_mask))
     z, p = state.z, state.p
     kick_q = CovariantQueries(positions=z, features=torch.cat([z, poincare.logmap0(z)], -1))
     drift_q = CovariantQueries(

@@ -37,7 +37,7 @@ from world_model.geodesic.config import (
     migrate_flat_dynamics,
 )
 from world_model.memory.window import state_features
-from world_model.model import WorldModel
+from world_model.model import EpisodeInputs, WorldModel
 from world_model.registry import build_dynamics, dynamics_names
 
 F64 = torch.float64
@@ -577,10 +577,10 @@ def test_a_plan_context_from_one_root_serves_every_sampled_trajectory():
     model = WorldModel(6, 2, dyn)
     root = model.encode(torch.randn(1, 6))
     history, mask = torch.randn(2, 1, 6), torch.tensor([[False], [True]])
-    ctx = model.context(root, history, mask)
+    ctx = model.context(root, EpisodeInputs(history, mask))
     assert ctx.value_grad.shape == (1, 4)
     rows = root.repeat(12)
-    per_row = model.context(rows, history.repeat(1, 12, 1), mask.repeat(1, 12))
+    per_row = model.context(rows, EpisodeInputs(history.repeat(1, 12, 1), mask.repeat(1, 12)))
     assert per_row.value_grad.shape == (12, 4)
     a = torch.rand(2, 12, 2) * 2 - 1
     shared, own = root.expand(12), rows
@@ -789,3 +789,32 @@ def test_every_option_table_lists_exactly_its_literal_choices():
     assert ("none", *episodic._OPERATORS) == choices(ContextConfig, "memory")
     with pytest.raises(ValueError, match=r"routing must be one of \('dense', 'gsr'\), got 'top'"):
         ContextConfig(routing="top")
+
+
+def test_the_reports_and_figures_read_the_heads_as_the_integrator_runs_them():
+    """One query builder for every reader of the heads (world_model/geodesic/kick.py): the drift
+    head's output at kick.drift_queries is the correction the integrator's drift applies, chiral
+    gate included (the node reports used to query the drift head without it: a bug, since node
+    67 must measure the head the model runs); the kick's force is minus the autograd gradient
+    of kick.potential, the potential hamiltonian() reads."""
+    from world_model.geodesic import kick
+
+    dyn = small(head=dict(chirality=0.5), integrator=dict(drift_correction=True))
+    with torch.no_grad():
+        for head in dyn.integrator.heads():
+            head.w_o.weight.normal_(generator=torch.Generator().manual_seed(4))
+    model = WorldModel(6, 2, dyn)
+    state = model.encode(torch.randn(5, 6, generator=torch.Generator().manual_seed(6)))
+    ctx = model.context(state)  # with the value gradient: the chiral gate acts
+    integ = dyn.integrator
+    with torch.no_grad():
+        _, _, correction = integ.drift(state.z, state.p, 0.5, ctx)
+        queries = kick.drift_queries(integ.drift_head, state.z, state.p, ctx)
+        torch.testing.assert_close(integ.drift_head(queries, ctx.correction)[0], correction)
+        ungated = CovariantQueries(queries.positions, queries.features, velocity=queries.velocity)
+        assert (integ.drift_head(ungated, ctx.correction)[0] - correction).abs().max() > 1e-4
+    z = state.z.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(kick.potential(integ, z, ctx).sum(), z)
+    with torch.no_grad():
+        force, _ = integ.kick_force(state.z, ctx)
+    torch.testing.assert_close(force, -grad, rtol=1e-4, atol=1e-5)

@@ -22,13 +22,14 @@ from torch import Tensor, nn
 from geometry import langevin, poincare, potentials
 from world_model import sharding
 from world_model.attention.context import ContextBank
-from world_model.attention.covariant import CovariantAttention, CovariantQueries, PreparedContext
+from world_model.attention.covariant import CovariantAttention, PreparedContext
 from world_model.layers import mlp
 from world_model.memory.episodic import EpisodicMemory
 from world_model.memory.prototypes import PrototypePool, ball_points_parameter
 from world_model.memory.routed_prototypes import RoutedPrototypePool
-from world_model.memory.window import TrajectoryWindow, position_features, state_features
+from world_model.memory.window import TrajectoryWindow, position_features
 
+from . import kick
 from .config import MACRO, TEXTURE, GeodesicConfig
 from .context import GeodesicContext
 
@@ -212,85 +213,27 @@ class GeodesicCrossAttention(nn.Module):
         features: Tensor | None = None,
         jacobian: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """The position-only part of the kick at z, F_attn + F_conf, and the Wilson lines at z
-        (both reused by the next step's opening kick and drift). z [B, d] -> ([B, d], [B, r, r]).
-
-        force = 'potential': F_attn = -grad_z Phi(z), Phi the kick head's scalar read-out of the
-        query features (z, log_0 z); in closed form (potential_gradient = 'closed_form', chained
-        through log_0 by geometry.poincare.logmap0_vjp) or by autograd, both with create_graph
-        while training, so parameters learn through the gradient (under no_grad, e.g. planning,
-        nothing is kept). force = 'field': F_attn = lambda(z) * head output (an orthonormal-
-        frame force vector). `features`: the query features (z, log_0 z) when already computed,
-        `jacobian`: poincare.logmap0_jacobian(z) when already computed.
-        """
-        cfg = self.config
-        if cfg.integrator.force == "field":
-            lines = self.lines(z)
-            out = self._kick_head_output(z, context, lines)  # [B, d] orthonormal frame
-            force = poincare.conformal_factor(z) * out
-        elif (
-            cfg.integrator.potential_gradient == "closed_form"
-            and self.kick_head.has_closed_form_gradient()
-        ):
-            _, grad_z, grad_x, lines = self.kick_head.scalar_output_gradient(
-                self._kick_queries(z, context, features), context.force
-            )
-            d = z.shape[-1]  # chain rule through the features (z, log_0 z) of _kick_queries
-            force = -(grad_z + grad_x[:, :d] + poincare.logmap0_vjp(z, grad_x[:, d:], jacobian))
-        else:
-            training = torch.is_grad_enabled()
-            with torch.enable_grad():
-                zq = z if (training and z.requires_grad) else z.detach().requires_grad_(True)
-                lines = self.lines(zq)
-                phi = self._kick_head_output(zq, context, lines)  # [B, 1]
-                (grad,) = torch.autograd.grad(phi.sum(), zq, create_graph=training)
-            force = -grad
-            if not training:
-                force, lines = force.detach(), lines.detach()
-        force = force + self.confinement * potentials.confining_force(z)
-        if self.config.integrator.potential_wells > 0:
-            force = force + self.wells(z)[1]
-        if self.memory is not None and context.memory is not None:
-            force = force + self.memory(z, context.memory)  # non-conservative (episodic.py)
-        return force, lines
+        """The position-only part of the kick at z and the Wilson lines there (kick.force):
+        z [B, d] -> ([B, d], [B, r, r])."""
+        return kick.force(self, z, context, features, jacobian)
 
     def hamiltonian(self, z: Tensor, p: Tensor, context: GeodesicContext) -> Tensor:
-        """H(z, p) = |p|^2 / (2 lambda(z)^2) + Phi(z): [B]. Phi is the potential whose negative
-        gradient is kick_force without the memory: the kick head's scalar read-out, the
-        confinement and the wells (force 'potential' only). Without friction, action and noise
-        the B-A-B steps conserve H up to O(dt^2) (the drift is the exact geodesic flow, the
-        kicks gradients); the episodic memory's force is no gradient, so with it H drifts
-        (benchmarks/memory_disk.py measures by how much)."""
+        """H(z, p) = |p|^2 / (2 lambda(z)^2) + Phi(z): [B], Phi the potential whose negative
+        gradient is kick_force without the memory (kick.potential; force 'potential' only).
+        Without friction, action and noise the B-A-B steps conserve H up to O(dt^2) (the drift
+        is the exact geodesic flow, the kicks gradients); the episodic memory's force is no
+        gradient, so with it H drifts (benchmarks/memory_disk.py measures by how much)."""
         if self.config.integrator.force != "potential":
             raise ValueError(
                 "hamiltonian: the kick is a potential's gradient only with force 'potential'"
             )
-        phi = self._kick_head_output(z, context, self.lines(z)).squeeze(-1)  # [B]
-        phi = phi + self.confinement * potentials.confining_potential(z)
-        if self.config.integrator.potential_wells > 0:
-            phi = phi + self.wells(z)[0]
-        return 0.5 * (p / poincare.conformal_factor(z)).square().sum(-1) + phi
+        kinetic = 0.5 * (p / poincare.conformal_factor(z)).square().sum(-1)
+        return kinetic + kick.potential(self, z, context)
 
     def wells(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """The potential wells Phi_w at z [B, d] and their force: ([B], [B, d])."""
         centres = self.well_centres.as_subclass(Tensor)  # plain tensor: no geoopt dispatch
         return potentials.gaussian_wells(z, centres, self.well_depths, self.well_widths_raw.exp())
-
-    def _kick_queries(
-        self, z: Tensor, context: GeodesicContext, features: Tensor | None = None
-    ) -> CovariantQueries:
-        """The kick head's queries at z [B, d]: features (z, log_0 z) [B, 2d]."""
-        if features is None:
-            features = position_features(z)
-        return CovariantQueries.unchecked(  # the model's own states: inside the ball
-            positions=z,
-            features=features,
-            chiral=context.chiral_for(self.kick_head),
-        )
-
-    def _kick_head_output(self, z: Tensor, context: GeodesicContext, lines: Tensor) -> Tensor:
-        out, _ = self.kick_head(self._kick_queries(z, context), context.force, lines)
-        return out
 
     def control_force(self, z: Tensor, action: Tensor, gain: Tensor | None = None) -> Tensor:
         """F_ctrl(z, a) = (W + M(z)) a: a covector [B, d], control-affine, so it is exactly zero
@@ -325,13 +268,7 @@ class GeodesicCrossAttention(nn.Module):
         Returns (z', p', out) (out None without drift correction)."""
         cfg = self.config
         if cfg.integrator.drift_correction and correction is None:
-            v = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
-            queries = CovariantQueries.unchecked(
-                positions=z,
-                features=state_features(z, p, point_features),
-                velocity=v,
-                chiral=context.chiral_for(self.drift_head),
-            )
+            queries = kick.drift_queries(self.drift_head, z, p, context, point_features)
             lines = self.lines(z) if lines is None else lines
             correction, _ = self.drift_head(queries, context.correction, lines)  # [B, d]
         if (
@@ -359,11 +296,7 @@ class GeodesicCrossAttention(nn.Module):
             noise_bank = ContextBank(
                 bank.positions, bank.key_features, noise, bank.levels, bank.mask
             )
-            queries = CovariantQueries.unchecked(
-                positions=z,
-                features=torch.cat([z, p / poincare.conformal_factor(z)], dim=-1),
-                chiral=context.chiral_for(self.thermostat_head),
-            )
+            queries = kick.thermostat_queries(self.thermostat_head, z, p, context)
             prepared = self.thermostat_head.prepare(noise_bank, lines=context.force.lines)
             out, _ = self.thermostat_head(queries, prepared)
             p = p + c2 * poincare.conformal_factor(z) * out

@@ -12,10 +12,10 @@ from torch import Tensor
 
 from geometry import poincare
 from world_model import diagnostics as nodes
-from world_model.attention.covariant import CovariantQueries
 from world_model.memory.routed_prototypes import RoutedPrototypePool
-from world_model.memory.window import position_features, state_features
 from world_model.model import Dynamics, LatentState
+
+from . import kick
 
 __all__ = ["node_reports", "diagnostics", "report_scalars", "NODE_NAMES"]
 
@@ -58,11 +58,7 @@ def node_reports(
     ctx = dyn.context(state, history, mask, value_fn=value_fn)
     integ = dyn.integrator
     z = state.z
-    queries = CovariantQueries(
-        positions=z,
-        features=position_features(z),
-        value_grad=ctx.value_grad,
-    )
+    queries = kick.kick_queries(integ.kick_head, z, ctx)
     _, record = integ.kick_head(queries, ctx.force)
     reports = nodes.run_diagnostics(
         integ.kick_head,
@@ -73,11 +69,7 @@ def node_reports(
         emit=False,
     )
     if dyn.config.integrator.drift_correction:  # the drift head only counts when the drift reads it
-        drift_queries = CovariantQueries(
-            positions=z,
-            features=state_features(z, state.p),
-            velocity=state.p * poincare.inverse_metric_factor(z),
-        )
+        drift_queries = kick.drift_queries(integ.drift_head, z, state.p, ctx)
         gauge_drift = nodes.gauge_invariance_check(
             integ.drift_head,
             drift_queries,
