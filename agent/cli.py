@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agent.config import INT_MAX, ConfigError, field_docs
+from agent.core.config import INT_MAX, ConfigError, field_docs
 
 __all__ = [
     "folder_problem",

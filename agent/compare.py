@@ -30,8 +30,8 @@ from agent.comparison.merge import merge_comparisons
 from agent.comparison.report import format_table, plot_learning_curves, plot_prediction_error
 from agent.comparison.results import Comparison, read_config
 from agent.comparison.runner import output_dir, preflight, run_comparison, write_progress
-from agent.config import ConfigError, TrainConfig, load_config_file
-from agent.runs import run_metadata
+from agent.core.config import ConfigError, TrainConfig, load_config_file
+from agent.persistence.runs import run_metadata
 from envs import EnvError
 from world_model.registry import dynamics_names
 
@@ -171,7 +171,7 @@ def run_from_args(
     except KeyboardInterrupt:  # a second Ctrl-C while the results were written
         print(f"{prog}: interrupted; results so far in {out / 'results.json'}", file=sys.stderr)
         return 130, None
-    except OSError as err:  # a full disk, a read-only folder (agent.checkpoint.RunWriteError)
+    except OSError as err:  # a full disk, a read-only folder (checkpoint.RunWriteError)
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1, None
     print(format_table(comparison))

@@ -23,7 +23,7 @@ loss at each predicted step of the training horizon, open loop from N buffer sta
 target encoder of the true observations, without the dynamics' noise (how far the latent
 dynamics drifts from the encoder over a rollout; each model in its own latent units).
 
-`--figures DIR` also writes the figures of agent/figures.py into DIR as PNG files (latent
+`--figures DIR` also writes the figures of agent/inspection/figures.py into DIR as PNG files (latent
 trajectories on the Poincare disk, node 68's measured temperature against |z|, node 67 against
 the Wilson-line mode and segments, attention per head, texture leakage by level, chiral
 commitment along an episode, nodes 67-70 over training) and lists the files written.
@@ -43,13 +43,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.checkpoint import CheckpointError
 from agent.cli import OneLineParser, folder_problem, out_of_range
-from agent.config import ConfigError, check_device
-from agent.inspection import load_run, report
-from agent.inspection_format import format_figures, format_report
-from agent.protocols import InspectedAgent
-from agent.runs import RunError
+from agent.core.config import ConfigError, check_device
+from agent.core.protocols import InspectedAgent
+from agent.inspection.inspection import load_run, report
+from agent.inspection.inspection_format import format_figures, format_report
+from agent.persistence.checkpoint import CheckpointError
+from agent.persistence.runs import RunError
 from envs import EnvError
 
 __all__ = ["build_parser", "main"]
@@ -90,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _figures(agent: InspectedAgent, run_dir: Path, folder: str) -> dict[str, Any]:
-    """agent/figures.py's figures written into `folder`: {dir, files, notes}."""
-    from agent.figures import write_figures  # matplotlib only when asked for
+    """agent/inspection/figures.py's figures written into `folder`: {dir, files, notes}."""
+    from agent.inspection.figures import write_figures  # matplotlib only when asked for
 
     files, notes, _, _ = write_figures(agent, run_dir, folder)
     return {"dir": folder, "files": [str(f) for f in files], "notes": notes}

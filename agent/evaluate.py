@@ -18,12 +18,12 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-from agent.agent import Agent
-from agent.checkpoint import CheckpointError
 from agent.cli import OneLineParser, out_of_range
-from agent.config import ConfigError, check_device
-from agent.episodes import run_episodes
-from agent.runs import RunError, checkpoint_path, make_run_env, make_run_vector_env
+from agent.core.agent import Agent
+from agent.core.config import ConfigError, check_device
+from agent.core.episodes import run_episodes
+from agent.persistence.checkpoint import CheckpointError
+from agent.persistence.runs import RunError, checkpoint_path, make_run_env, make_run_vector_env
 from envs import EnvError
 
 __all__ = ["main"]
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             def on_frame(k: int, frame: np.ndarray) -> None:
                 if k == 0 and frame is not None:
                     frames.append(np.asarray(frame))
-        else:  # every episode in one batch (agent/episodes.py)
+        else:  # every episode in one batch (agent/core/episodes.py)
             env = make_run_vector_env(agent.config, args.episodes)
         returns = run_episodes(agent.policy(seed, args.explore), env, args.episodes, seed, on_frame)
         env.close()

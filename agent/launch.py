@@ -1,5 +1,5 @@
 """Starting a training run for `python -m agent.train`: a new run folder, or a saved run resumed,
-on one process or as one rank of a data-parallel run (agent/distributed.py), where rank 0 names
+on one process or as one rank of a data-parallel run (agent/core/distributed.py), where rank 0 names
 the folder and writes its files and every rank builds the same trainer."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.agent import Agent
 from agent.cli import as_config_error
-from agent.config import RunConfig
-from agent.distributed import DistContext
-from agent.loop import Trainer
-from agent.runs import make_run_dir
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.core.distributed import DistContext
+from agent.core.loop import Trainer
+from agent.persistence.runs import make_run_dir
 
 __all__ = ["resume_run", "start_run"]
 

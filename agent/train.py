@@ -8,10 +8,10 @@
     python -m agent.train --world-model geodesic --help     # every field of that world model
     python -m agent.train --world-model geodesic --screening off --wilson none   # ablations
 
-Every config field has a flag `--{section}.{field}` generated from the dataclasses
-(agent/cli.py); the short flags (agent/train_args.py) are aliases of the most used ones. Each
-run writes runs/{env}__{world_model}__{seed}__{time}/ (agent/runs.py). Exit codes: 130 Ctrl-C
-(checkpoint written), 2 bad input (one line), 3 diverged (a non-finite number: agent/guard.py;
+Every config field has a flag `--{section}.{field}` generated from the dataclasses (agent/cli.py);
+the short flags (agent/train_args.py) are aliases of the most used ones. Each run writes
+runs/{env}__{world_model}__{seed}__{time}/ (agent/persistence/runs.py). Exit codes: 130 Ctrl-C
+(checkpoint written), 2 bad input (one line), 3 diverged (a non-finite number: agent/core/guard.py;
 last good checkpoint kept).
 """
 
@@ -22,14 +22,14 @@ import sys
 import time
 from pathlib import Path
 
-from agent.checkpoint import CheckpointError
 from agent.cli import config_overrides
-from agent.config import ConfigError, TrainConfig
-from agent.distributed import DistContext, close_process_group, init_from_env
-from agent.guard import NonFiniteError
+from agent.core.config import ConfigError, TrainConfig
+from agent.core.distributed import DistContext, close_process_group, init_from_env
+from agent.core.guard import NonFiniteError
+from agent.core.loop import Trainer
 from agent.launch import resume_run, start_run
-from agent.loop import Trainer
-from agent.runs import run_metadata
+from agent.persistence.checkpoint import CheckpointError
+from agent.persistence.runs import run_metadata
 from agent.train_args import (
     ALIASES,
     PROG,
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteError as err:
         print(f"{prog}: training diverged: {err}", file=sys.stderr)
         return 3
-    except OSError as err:  # a full disk, a read-only folder (agent.checkpoint.RunWriteError)
+    except OSError as err:  # a full disk, a read-only folder (checkpoint.RunWriteError)
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ from agent.cli import (
     field_doc,
     merge_tables,
 )
-from agent.config import SECTIONS, RunConfig, TrainConfig, load_config_file
+from agent.core.config import SECTIONS, RunConfig, TrainConfig, load_config_file
 from envs import SUPPORTED_ENVS
 from world_model.registry import dynamics_names, get_dynamics
 

@@ -36,12 +36,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agent.agent import Agent
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL
 from agent.comparison.config import CompareConfig
 from agent.comparison.prediction import HORIZON, open_loop_error
-from agent.config import load_config_file
-from agent.runs import make_run_env
+from agent.core.agent import Agent
+from agent.core.config import load_config_file
+from agent.persistence.runs import make_run_env
 from benchmarks.ablation_disk import print_rows
 
 os.environ.setdefault("MUJOCO_GL", "egl")

@@ -22,8 +22,8 @@ import time
 import numpy as np
 import torch
 
-from agent.agent import Agent
-from agent.config import RunConfig, load_config_file
+from agent.core.agent import Agent
+from agent.core.config import RunConfig, load_config_file
 
 
 def build_agent(env_id: str, world_model: str, base: dict, seed: int) -> Agent:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from agent.config import migrate_config
+from agent.core.config import migrate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

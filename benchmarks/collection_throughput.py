@@ -1,8 +1,8 @@
 """Environment steps per second against the number of environment copies (`train.num_envs`,
-agent/collection.py) and of data-parallel ranks (agent/distributed.py), for collection alone
-(planning every copy's action in one batch and stepping the copies, no updates) and with
-training (one update per environment step, the single env's update-to-data ratio), every
-setting side by side in one run, one torch thread per process.
+agent/core/collection.py) and of data-parallel ranks (agent/core/distributed.py), for collection
+alone (planning every copy's action in one batch and stepping the copies, no updates) and with
+training (one update per environment step, the single env's update-to-data ratio), every setting
+side by side in one run, one torch thread per process.
 
     python -m benchmarks.collection_throughput                         # GRU, K = 1 2 4 8
     python -m benchmarks.collection_throughput --ranks 1 2 --copies 2 4 8
@@ -11,7 +11,7 @@ setting side by side in one run, one torch thread per process.
 
 --copies counts all copies; with W ranks each gloo rank (processes on this machine, as
 `torchrun --nproc-per-node W` starts them) steps copies / W of them and all-gathers the
-transitions (agent.distributed.ShardedCollection); with training every rank makes the run's
+transitions (agent.core.distributed.ShardedCollection); with training every rank makes the run's
 updates, each on its B / W share of the batch. Each row is the median of --rounds rounds of
 --steps environment steps (all copies together); the first round of each setting is a warm-up
 and not counted.
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from agent.agent import Agent
-from agent.collection import Collection
-from agent.config import RunConfig
-from agent.distributed import DistContext, ShardedCollection, run_local_ranks
+from agent.core.agent import Agent
+from agent.core.collection import Collection
+from agent.core.config import RunConfig
+from agent.core.distributed import DistContext, ShardedCollection, run_local_ranks
 
 
 def _agent(args: argparse.Namespace, copies: int, ctx: DistContext | None) -> Agent:

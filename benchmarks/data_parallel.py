@@ -1,6 +1,6 @@
 """Data-parallel training against one process, on the same seeds and evaluation episodes: the
 return reached, the update-to-data ratio, and the wall time, W gloo ranks (`torchrun
---nproc-per-node W -m agent.train`, agent/distributed.py) beside `python -m agent.train` with
+--nproc-per-node W -m agent.train`, agent/core/distributed.py) beside `python -m agent.train` with
 one env and with W env copies (`--num-envs W`: the same collection as the W ranks', one copy
 each, in one process).
 
@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from agent.agent import Agent
-from agent.episodes import run_episodes
-from agent.runs import make_run_vector_env
+from agent.core.agent import Agent
+from agent.core.episodes import run_episodes
+from agent.persistence.runs import make_run_vector_env
 
 ROOT = Path(__file__).resolve().parent.parent
 EVAL_SEED = 20_000  # the extra evaluation's episodes: disjoint from training's 10000..10009

@@ -19,7 +19,7 @@ import argparse
 import torch
 import torch.distributed as dist
 
-from agent.distributed import run_local_ranks
+from agent.core.distributed import run_local_ranks
 from world_model.memory.gsr import GSRConfig, gsr_route
 from world_model.memory.gsr_distributed import (
     CommLog,

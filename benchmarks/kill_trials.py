@@ -13,7 +13,8 @@ until the run is done, and compares it with a reference run of the same seed tha
 interrupted:
 
 - the final checkpoint's agent (weights, optimisers, replay buffer, planner, counters), loop and
-  random-generator states, by content digest (agent.checkpoint.content_digest: bit for bit);
+  random-generator states, by content digest (agent.persistence.checkpoint.content_digest: bit for
+  bit);
 - the TensorBoard scalars: every tag at the reference's steps, each step once (the resumed
   writer's purge_step drops what the killed process logged after its checkpoint), and every
   value of charts/ and eval/ and losses/ the reference's (perf/ is timing);
@@ -22,9 +23,9 @@ interrupted:
   env's whole state is its generator, which is why the continuation is exact);
 - temporaries left in the run folder at the end (a killed writer's is removed by the next save).
 
-The hooks only pause the child where the kill should land; what is tested is the real
-agent.train, agent.checkpoint and TensorBoard writer. tests/agent/test_kill_resume.py runs one
-trial in CI.
+The hooks only pause the child where the kill should land; what is tested is the real agent.train,
+agent.persistence.checkpoint and TensorBoard writer. tests/agent/test_kill_resume.py runs one trial
+in CI.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def install_hook(hook: str, at: int, marker: Path) -> None:
     """Patch the child's agent.train so that it pauses (and is killed) at the hook."""
     import torch
 
-    from agent import agent as agent_module
-    from agent import checkpoint, loop
+    from agent.core import agent as agent_module
+    from agent.core import loop
+    from agent.persistence import checkpoint
 
     if hook == "step":
         observe = agent_module.Agent.observe
@@ -209,7 +211,7 @@ def run_folder(logdir: Path) -> Path:
 
 
 def checkpoint_step(run: Path) -> int | None:
-    from agent.checkpoint import CheckpointError, load_checkpoint
+    from agent.persistence.checkpoint import CheckpointError, load_checkpoint
 
     try:
         return int(load_checkpoint(run / "checkpoint.pt")["agent"]["counters"]["num_timesteps"])
@@ -218,7 +220,7 @@ def checkpoint_step(run: Path) -> int | None:
 
 
 def final_digests(run: Path) -> dict[str, str]:
-    from agent.checkpoint import content_digest, load_checkpoint
+    from agent.persistence.checkpoint import content_digest, load_checkpoint
 
     state = load_checkpoint(run / "checkpoint.pt")
     return {part: content_digest(state[part]) for part in ("agent", "loop", "rng")}

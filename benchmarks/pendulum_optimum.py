@@ -118,12 +118,13 @@ def random_start_returns(value: np.ndarray, axes: tuple, samples: int, seed: int
 
 
 def _agent_returns(run: str, starts: np.ndarray) -> np.ndarray:
-    """The run's agent from each start, all episodes planned in one batch (agent/episodes.py)."""
+    """The run's agent from each start, all episodes planned in one batch
+    (agent/core/episodes.py)."""
     import gymnasium as gym
 
-    from agent.episodes import run_episodes
-    from agent.inspection import load_run
-    from agent.runs import make_run_env
+    from agent.core.episodes import run_episodes
+    from agent.inspection.inspection import load_run
+    from agent.persistence.runs import make_run_env
     from envs.pendulum_starts import FixedStarts
     from envs.scaling import scale_spaces
 

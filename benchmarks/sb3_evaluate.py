@@ -20,9 +20,9 @@ import numpy as np
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from agent.episodes import run_episodes
-from agent.inspection import load_run
-from agent.runs import make_run_env
+from agent.core.episodes import run_episodes
+from agent.inspection.inspection import load_run
+from agent.persistence.runs import make_run_env
 from envs import make_env
 
 

@@ -12,7 +12,7 @@ end is small) the table gives the mean absolute error, and the mean signed error
 - r:  the reward head r(s_t, a_t) against the env's reward r_t;
 - Q:  Q_avg(s_t, a_t) against the discounted return G_t = sum_k gamma^k r_{t+k} (to the end of
   the episode);
-- V3: the planner's estimate of the executed actions (agent.planner.estimate_value's form with
+- V3: the planner's estimate of the executed actions (agent.core.planner.estimate_value's form with
   the recorded a_{t+3} in place of the policy's), sum_{k<3} gamma^k r(s_{t+k}, a_{t+k}) +
   gamma^3 Q_avg(s_{t+3}, a_{t+3}) along the model's own rollout, against G_t;
 
@@ -29,9 +29,9 @@ import argparse
 import numpy as np
 import torch
 
-from agent.agent import Agent
-from agent.episodes import run_episodes
-from agent.inspection import load_run
+from agent.core.agent import Agent
+from agent.core.episodes import run_episodes
+from agent.inspection.inspection import load_run
 from world_model.model import EpisodeInputs
 
 Trajectory = tuple[np.ndarray, np.ndarray, np.ndarray]  # obs [T+1, O], actions [T, A], rewards [T]
@@ -48,7 +48,7 @@ def discounted_returns(rewards: np.ndarray, discount: float) -> np.ndarray:
 
 
 def play(agent: Agent, episodes: int) -> list[Trajectory]:
-    """The run's deterministic evaluation episodes (agent.episodes.run_episodes), recorded."""
+    """The run's deterministic evaluation episodes (agent.core.episodes.run_episodes), recorded."""
     steps: list[list[tuple]] = [[] for _ in range(episodes)]
     seed = agent.config.train.eval_seed
     run_episodes(
@@ -76,7 +76,7 @@ def history_windows(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """For roots 0..starts-1 of one episode obs [T+1, O]: the `width` observations before each
     root, oldest first, and their mask (False before the episode began): [W, starts, O] and
-    [W, starts] (the layout agent.episode.episode_inputs builds for one root)."""
+    [W, starts] (the layout agent.core.episode.episode_inputs builds for one root)."""
     history = obs.new_zeros(width, starts, obs.shape[-1])
     mask = torch.zeros(width, starts, dtype=torch.bool)
     roots = torch.arange(starts)

@@ -28,7 +28,7 @@ import torch
 from agent.comparison.config import CompareConfig
 from agent.comparison.results import PointResult
 from agent.comparison.runner import train_agent, train_sac
-from agent.runs import fresh_dir
+from agent.persistence.runs import fresh_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -3,13 +3,13 @@
     python -m benchmarks.wilson_lines runs/Pendulum-v1__geodesic__1__1760000000
     python -m benchmarks.wilson_lines RUN_DIR --modes exp:1 magnus4:2 magnus4:4 --rounds 7
 
-The run's agent is loaded once; for each mode the heads' `wilson` and `segments` are switched
-in place (the connection and every other parameter stay the trained ones), and seed 003's nodes
-67-70 are computed on the same replay-buffer states (agent.inspection, as `agent.diagnose`
-does), node 67 with its random gauge fields as they are. Then, on copies of the agent, each
-mode's training update and planning call are timed, the modes taking turns round after round
-(these machines are noisy); the table reports the median over rounds and the ratio to the first
-mode. One torch thread, as in training.
+The run's agent is loaded once; for each mode the heads' `wilson` and `segments` are switched in
+place (the connection and every other parameter stay the trained ones), and seed 003's nodes 67-70
+are computed on the same replay-buffer states (agent.inspection.inspection, as `agent.diagnose`
+does), node 67 with its random gauge fields as they are. Then, on copies of the agent, each mode's
+training update and planning call are timed, the modes taking turns round after round (these
+machines are noisy); the table reports the median over rounds and the ratio to the first mode. One
+torch thread, as in training.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import statistics
 
 import torch
 
-from agent.inspection import geometric_diagnostics, load_run
-from agent.run_records import sample_batch
+from agent.inspection.inspection import geometric_diagnostics, load_run
+from agent.persistence.run_records import sample_batch
 from benchmarks.agent_step_cost import plan_calls, time_calls
 from world_model.attention.covariant import CovariantAttention
 

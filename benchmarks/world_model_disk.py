@@ -34,7 +34,7 @@ import geoopt
 import numpy as np
 import torch
 
-from agent.config import config_from_dict
+from agent.core.config import config_from_dict
 from envs.poincare_disk import make_config, potential, sample_start, simulate, true_energy
 from geometry import poincare
 from world_model.geodesic import (
@@ -127,7 +127,7 @@ def build(
     heads = WorldModelConfig(hidden_dim=64, hidden_layers=1)
     if kind == "geodesic":
         config = geodesic_config(conservative, wells, integrator)
-        if dynamics is not None:  # as agent.config applies a [dynamics] table
+        if dynamics is not None:  # as agent.core.config applies a [dynamics] table
             config = config_from_dict(GeodesicConfig, dynamics, "dynamics", base=config)
         dyn = GeodesicDynamics(4, 2, config)
     else:

@@ -145,7 +145,8 @@ class EpisodeInputs:
     root in its episode (Dynamics.history_length; masked before the episode's start), and
     memory, its transitions before the root (world_model.memory.episodic.MemoryInputs;
     Dynamics.memory_capacity). Each None when not read. Assembled while acting by
-    agent.episode.episode_inputs and in training by the replay buffer (SequenceBatch.episode)."""
+    agent.core.episode.episode_inputs and in training by the replay buffer
+    (SequenceBatch.episode)."""
 
     history_obs: Tensor | None = None
     history_mask: Tensor | None = None

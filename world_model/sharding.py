@@ -1,4 +1,4 @@
-"""The losses' batch-wide operations under data parallelism (agent/distributed.py).
+"""The losses' batch-wide operations under data parallelism (agent/core/distributed.py).
 
 A data-parallel update splits one batch of B sequences into W shards of B / W, one per rank,
 and averages the ranks' gradients. The losses are batch means, so that average is the union

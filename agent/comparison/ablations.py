@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.cli import merge_tables
-from agent.config import ConfigError
+from agent.core.config import ConfigError
 
 __all__ = [
     "FULL_MODEL",

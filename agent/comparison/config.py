@@ -22,7 +22,7 @@ from agent.comparison.ablations import (
     check_ablations,
     split_methods,
 )
-from agent.config import INT_MAX, ConfigError, RunConfig, TrainConfig
+from agent.core.config import INT_MAX, ConfigError, RunConfig, TrainConfig
 from world_model.registry import dynamics_names, get_dynamics
 
 __all__ = ["SAC", "DEFAULT_POINTS", "DEFAULT_WORLD_MODELS", "CompareConfig", "default_points"]

@@ -22,7 +22,7 @@ from typing import Any
 from agent.comparison.ablations import split_methods
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.results import RESULTS_FORMAT, Comparison, MethodRun, PointResult
-from agent.config import ConfigError
+from agent.core.config import ConfigError
 
 __all__ = ["MUST_AGREE", "load_comparison", "merge_comparisons"]
 

@@ -24,7 +24,7 @@ HORIZON = 50
 
 
 class EpisodeRecorder:
-    """`on_step` for agent.episodes.run_episodes: keeps each episode's observations [T + 1, O]
+    """`on_step` for agent.core.episodes.run_episodes: keeps each episode's observations [T + 1, O]
     and actions [T, A] (in the agent's scaled view)."""
 
     def __init__(self):

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from agent.checkpoint import replace_atomically
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.stats import mean_or_none, paired_differences, standard_error
-from agent.config import ConfigError
+from agent.core.config import ConfigError
+from agent.persistence.checkpoint import replace_atomically
 
 __all__ = [
     "RESULTS_FORMAT",

@@ -9,7 +9,7 @@ progress at its next step; results.json keeps everything finished.
 Resuming (`run_comparison(..., resume=True)`, `agent.compare --resume OUT`): every run keeps its
 record in its folder (RUN_RECORD, rewritten after each evaluation); a finished run is skipped, an
 agent's run continues from its last checkpoint (written at episode ends, so the continuation is
-the uninterrupted run's: agent/loop.py) with its training clock saved in the checkpoint, and
+the uninterrupted run's: agent/core/loop.py) with its training clock saved in the checkpoint, and
 SAC continues from the model and replay buffer saved at its last evaluation point (SB3's
 save/load; its continuation is valid, not bit-identical). A kill loses at most one checkpoint
 interval of an agent's run, one evaluation interval of SAC's.
@@ -30,17 +30,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from agent.agent import Agent
-from agent.checkpoint import replace_atomically
 from agent.cli import folder_problem
 from agent.comparison.config import SAC, CompareConfig
 from agent.comparison.prediction import EpisodeRecorder, open_loop_error
 from agent.comparison.report import count, plot_learning_curves, plot_prediction_error
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.comparison.stats import standard_error
-from agent.config import ConfigError
-from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME, fresh_dir, run_dir_name
+from agent.core.agent import Agent
+from agent.core.config import ConfigError
+from agent.core.loop import Trainer
+from agent.persistence.checkpoint import replace_atomically
+from agent.persistence.runs import CHECKPOINT_NAME, fresh_dir, run_dir_name
 from envs import make_env
 from envs.scaling import scale_spaces
 

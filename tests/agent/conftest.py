@@ -57,7 +57,7 @@ def tiny(**sections) -> dict:
 
 @pytest.fixture
 def tiny_config():
-    from agent.config import RunConfig
+    from agent.core.config import RunConfig
 
     return RunConfig.from_dict(tiny())
 

@@ -1,5 +1,5 @@
-"""agent.agent and agent.loop: SB3 surface (evaluate_policy runs on the agent), save -> load ->
-identical actions, same seed -> identical first episode, stop + resume == uninterrupted run
+"""agent.core.agent and agent.core.loop: SB3 surface (evaluate_policy runs on the agent), save ->
+load -> identical actions, same seed -> identical first episode, stop + resume == uninterrupted run
 (bitwise), atomic and validated checkpoints, config validation."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import torch
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from agent.agent import Agent, resolve_device
-from agent.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from agent.config import (
+from agent.core.agent import Agent, resolve_device
+from agent.core.config import (
     ConfigError,
     RunConfig,
     TrainConfig,
     field_docs,
     load_config_file,
 )
-from agent.episodes import run_episodes
-from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
+from agent.core.episodes import run_episodes
+from agent.core.loop import Trainer
+from agent.persistence.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from agent.persistence.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
 from envs import make_env
 from envs.scaling import scale_spaces
 from tests.agent.conftest import assert_same_state, tiny
@@ -310,9 +310,9 @@ def test_checkpoints_carry_their_format_version_and_older_ones_are_read_or_refus
 
 def test_a_format_3_checkpoint_keeps_its_episode_so_far_from_the_planners_state(tmp_path):
     """Format 3 kept the episode so far (history window, transitions, the pending step) in the
-    planner's state; format 4 keeps it apart (agent/episode.py). A v3 file loads with its
+    planner's state; format 4 keeps it apart (agent/core/episode.py). A v3 file loads with its
     episode and its warm start where they were."""
-    from agent.checkpoint import content_digest
+    from agent.persistence.checkpoint import content_digest
 
     agent = make_agent()
     agent.episode.history = [torch.randn(3), torch.randn(3)]

@@ -1,4 +1,4 @@
-"""agent.buffer: sub-trajectories stay inside episodes, the round trip through state_dict keeps
+"""agent.core.buffer: sub-trajectories stay inside episodes, the round trip through state_dict keeps
 data and sampling stream, the ring overwrites the oldest transitions."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent.buffer import ReplayBuffer
+from agent.core.buffer import ReplayBuffer
 
 
 def fill(

@@ -21,10 +21,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from agent import evaluate as evaluate_cli
 from agent import train as train_cli
-from agent.agent import Agent
-from agent.checkpoint import load_checkpoint
-from agent.config import RunConfig, TrainConfig, field_docs
-from agent.runs import CHECKPOINT_NAME
+from agent.core.agent import Agent
+from agent.core.config import RunConfig, TrainConfig, field_docs
+from agent.persistence.checkpoint import load_checkpoint
+from agent.persistence.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 from tests.conftest import ROOT, child_env
 
@@ -271,7 +271,7 @@ def test_every_config_field_is_a_flag_listed_by_help(world_model, capsys):
     """`--world-model X --help` lists a generated flag for every field of every section of X's
     config, with its docstring; each one sets its field (read back from the parsed config)."""
     from agent.cli import parse_value
-    from agent.config import SECTIONS
+    from agent.core.config import SECTIONS
 
     parser = train_cli.build_parser(world_model)
     text = " ".join(parser.format_help().split())

@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from agent import compare, diagnose, evaluate, inspection, launch
+from agent import compare, diagnose, evaluate, launch
 from agent import train as train_cli
-from agent.agent import Agent
 from agent.cli import PATH_METAVARS
-from agent.config import RunConfig, TrainConfig
-from agent.runs import CHECKPOINT_NAME
+from agent.core.agent import Agent
+from agent.core.config import RunConfig, TrainConfig
+from agent.inspection import inspection
+from agent.persistence.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 from world_model.registry import BUILTIN_DYNAMICS
 
@@ -325,7 +326,7 @@ def test_a_resumed_run_takes_only_a_valid_device(tmp_path, capsys):
 
 def test_a_config_file_is_checked_as_the_flags_are(tmp_path, capsys):
     """The range checks the flags get hold for a --config file too: nan, inf and ints beyond
-    64 bits are rejected where the dataclasses are built from the file (agent/config.py)."""
+    64 bits are rejected where the dataclasses are built from the file (agent/core/config.py)."""
     path = tmp_path / "bad.json"
     for section, key, value in [
         ("loss", "reward_coef", float("nan")),

@@ -1,4 +1,4 @@
-"""Vectorised collection (`train.num_envs`, agent/collection.py): K env copies stepped in
+"""Vectorised collection (`train.num_envs`, agent/core/collection.py): K env copies stepped in
 lock-step and planned for in one batch. The replay buffer keeps each copy's steps as its own
 stream (sub-trajectories and histories never mix copies or cross episode ends: checked against
 brute force); the update-to-data ratio is the single env's; the async vector env gives the sync
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from agent import train as train_cli
-from agent.agent import Agent
-from agent.buffer import ReplayBuffer
-from agent.checkpoint import load_checkpoint
-from agent.collection import copy_seed
-from agent.config import ConfigError, RunConfig
-from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME
+from agent.core.agent import Agent
+from agent.core.buffer import ReplayBuffer
+from agent.core.collection import copy_seed
+from agent.core.config import ConfigError, RunConfig
+from agent.core.loop import Trainer
+from agent.persistence.checkpoint import load_checkpoint
+from agent.persistence.runs import CHECKPOINT_NAME
 from tests.agent.conftest import assert_same_state, call_main, tiny
 
 # ----------------------------------------------------------------------- the buffer's streams

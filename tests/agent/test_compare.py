@@ -20,15 +20,15 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from agent import compare
 from agent import train as train_cli
-from agent.agent import Agent
-from agent.checkpoint import load_checkpoint
 from agent.comparison.config import CompareConfig, default_points
 from agent.comparison.report import format_table
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.comparison.stats import paired_differences
-from agent.config import ConfigError
-from agent.episodes import run_episodes
-from agent.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
+from agent.core.agent import Agent
+from agent.core.config import ConfigError
+from agent.core.episodes import run_episodes
+from agent.persistence.checkpoint import load_checkpoint
+from agent.persistence.runs import CHECKPOINT_NAME, make_run_env, make_run_vector_env
 from tests.agent.conftest import call_main, tiny
 from tests.conftest import ROOT, child_env
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from agent import compare
-from agent.checkpoint import load_checkpoint
-from agent.runs import CHECKPOINT_NAME
+from agent.persistence.checkpoint import load_checkpoint
+from agent.persistence.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 from tests.conftest import ROOT, child_env
 

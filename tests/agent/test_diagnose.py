@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent import diagnose, inspection, run_records
-from agent.agent import Agent
-from agent.config import RunConfig
-from agent.runs import CHECKPOINT_NAME
+from agent import diagnose
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.inspection import inspection
+from agent.persistence import run_records
+from agent.persistence.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
 from tests.conftest import ROOT, child_env
 from world_model.model import EpisodeInputs

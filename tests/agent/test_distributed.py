@@ -1,4 +1,4 @@
-"""Data-parallel training (agent/distributed.py, world_model/sharding.py) on 2 gloo processes:
+"""Data-parallel training (agent/core/distributed.py, world_model/sharding.py) on 2 gloo processes:
 a few updates on 2 ranks give the parameters of one process updating on the union of their
 batches (the GRU agent, and the geodesic one with its stochastic thermostat, HIDA memory and a
 GSR-routed pool that DMG grows); `torchrun` trains, rank 0 alone writes, and the checkpoint of
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from agent.agent import Agent
-from agent.config import ConfigError, RunConfig
-from agent.distributed import DistContext, rank_device, run_local_ranks
+from agent.core.agent import Agent
+from agent.core.config import ConfigError, RunConfig
+from agent.core.distributed import DistContext, rank_device, run_local_ranks
 from tests.conftest import child_env
 from world_model import sharding
 

@@ -23,9 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent import checkpoint as ckpt
-from agent.agent import Agent
-from agent.checkpoint import (
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.core.loop import Trainer
+from agent.diagnose import main as diagnose_main
+from agent.evaluate import main as evaluate_main
+from agent.persistence import checkpoint as ckpt
+from agent.persistence.checkpoint import (
     CheckpointError,
     RunWriteError,
     content_digest,
@@ -33,11 +37,7 @@ from agent.checkpoint import (
     remove_stale_temporaries,
     save_checkpoint,
 )
-from agent.config import RunConfig
-from agent.diagnose import main as diagnose_main
-from agent.evaluate import main as evaluate_main
-from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME
+from agent.persistence.runs import CHECKPOINT_NAME
 from agent.train import main as train_main
 from tests.agent.conftest import call_main, tiny
 

@@ -1,12 +1,12 @@
 """`python -m agent.diagnose RUN_DIR --figures DIR` and the end-of-run TensorBoard figures
-(agent/figures.py, agent/figures_data.py): on tiny trained runs every figure is written, small,
-and drawn from the numbers it claims, each checked here against a computation of its own: the
-trajectories are the projection of the encoded buffer episodes; the measured temperature is the
-record's scores / logits and lies on sqrt(d_k)/lambda(z) for a metric-temperature run and off it
-for a constant-temperature one; node 67 per Wilson mode is gauge_invariance_check run with that
-mode; heat map, leakage and chiral commitment are the heads' records; the nodes over training
-are the logged scalars. A GRU run gets one line and no figure; a failing figure costs the run
-one warning line."""
+(agent/inspection/figures.py, agent/inspection/figures_data.py): on tiny trained runs every figure
+is written, small, and drawn from the numbers it claims, each checked here against a computation of
+its own: the trajectories are the projection of the encoded buffer episodes; the measured
+temperature is the record's scores / logits and lies on sqrt(d_k)/lambda(z) for a metric-temperature
+run and off it for a constant-temperature one; node 67 per Wilson mode is gauge_invariance_check run
+with that mode; heat map, leakage and chiral commitment are the heads' records; the nodes over
+training are the logged scalars. A GRU run gets one line and no figure; a failing figure costs the
+run one warning line."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from agent import diagnose, figure_episodes, figures, figures_data, run_records
-from agent.agent import Agent
-from agent.buffer import ReplayBuffer
-from agent.config import RunConfig
+from agent import diagnose
+from agent.core.agent import Agent
+from agent.core.buffer import ReplayBuffer
+from agent.core.config import RunConfig
+from agent.inspection import figure_episodes, figures, figures_data
+from agent.persistence import run_records
 from geometry import poincare
 from geometry.doublet import chiral_gate, chiral_operator
 from tests.agent.conftest import call_main, tiny

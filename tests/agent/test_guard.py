@@ -1,4 +1,4 @@
-"""agent.guard: a non-finite loss, gradient or action stops training with where it appeared,
+"""agent.core.guard: a non-finite loss, gradient or action stops training with where it appeared,
 the last good checkpoint kept; a NaN two-hot target propagates instead of becoming an index."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from agent.agent import Agent
-from agent.config import RunConfig
-from agent.guard import NonFiniteError, check_actions, check_losses, clip_gradients
-from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.core.guard import NonFiniteError, check_actions, check_losses, clip_gradients
+from agent.core.loop import Trainer
+from agent.persistence.runs import CHECKPOINT_NAME
 from agent.train import main as train_main
 from tests.agent.conftest import call_main, tiny
 from world_model.twohot import two_hot

@@ -1,4 +1,4 @@
-"""agent.planner: the MPPI/CEM refit against direct computation, the planner on a model whose
+"""agent.core.planner: the MPPI/CEM refit against direct computation, the planner on a model whose
 optimum is known in closed form, warm start, policy-prior samples and determinism."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from agent.episode import EpisodeSoFar, episode_inputs
-from agent.planner import (
+from agent.core.episode import EpisodeSoFar, episode_inputs
+from agent.core.planner import (
     Planner,
     PlannerConfig,
     cem_update,
@@ -242,7 +242,7 @@ class HistoryToy(QuadraticToy):
 
 def act(planner, model, episode, obs, gen, capacity=0):
     """One step of acting as the agent does it: the episode's inputs at obs, a plan, and the
-    action joining the episode (agent.agent.Agent.act_batch for one environment)."""
+    action joining the episode (agent.core.agent.Agent.act_batch for one environment)."""
     obs = obs.reshape(1, -1)
     inputs = episode_inputs([episode], obs, model.history_length, capacity)
     action = planner.plan(model, obs, inputs, explore=False, generator=gen)

@@ -13,10 +13,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch import Tensor, nn
 
-from agent.agent import Agent
-from agent.config import RunConfig
-from agent.loop import Trainer
-from agent.runs import CHECKPOINT_NAME
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.core.loop import Trainer
+from agent.persistence.runs import CHECKPOINT_NAME
 from agent.train import build_parser
 from geometry import poincare as P
 from tests.agent.conftest import tiny

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from agent.agent import Agent
 from agent.comparison.prediction import EpisodeRecorder, open_loop_error
-from agent.config import RunConfig
-from agent.episodes import run_episodes
-from agent.runs import make_run_vector_env
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.core.episodes import run_episodes
+from agent.persistence.runs import make_run_vector_env
 from tests.agent.conftest import tiny
 from tests.agent.test_compare import TINY_DYNAMICS
 from world_model.model import EpisodeInputs

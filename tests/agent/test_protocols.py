@@ -1,8 +1,8 @@
-"""agent.agent.Agent satisfies, structurally, each Protocol its collaborators annotate it with
-(agent/protocols.py, agent.loop.TrainedAgent): every member a Protocol declares exists on a
-constructed Agent, as an attribute of the declared type or as a method whose signature accepts
-every call the Protocol's allows. Not isinstance on a runtime_checkable Protocol, which checks
-the names alone."""
+"""agent.core.agent.Agent satisfies, structurally, each Protocol its collaborators annotate it with
+(agent/core/protocols.py, agent.core.loop.TrainedAgent): every member a Protocol declares exists on
+a constructed Agent, as an attribute of the declared type or as a method whose signature accepts
+every call the Protocol's allows. Not isinstance on a runtime_checkable Protocol, which checks the
+names alone."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import typing
 
 import pytest
 
-from agent.agent import Agent
-from agent.config import RunConfig
-from agent.loop import TrainedAgent
-from agent.protocols import ActingAgent, InspectedAgent, PlanningAgent
+from agent.core.agent import Agent
+from agent.core.config import RunConfig
+from agent.core.loop import TrainedAgent
+from agent.core.protocols import ActingAgent, InspectedAgent, PlanningAgent
 from tests.agent.conftest import tiny
 
 PROTOCOLS = [PlanningAgent, ActingAgent, InspectedAgent, TrainedAgent]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL
-from agent.config import config_from_dict
+from agent.core.config import config_from_dict
 from benchmarks.ablation_disk import NOT_HERE, rows_of
 from benchmarks.world_model_disk import build, geodesic_config
 from world_model.geodesic import GeodesicConfig

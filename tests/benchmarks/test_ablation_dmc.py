@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from agent.agent import Agent
 from agent.comparison.ablations import ABLATIONS, FULL_MODEL
 from agent.comparison.config import CompareConfig
 from agent.comparison.prediction import HORIZON
-from agent.runs import make_run_env
+from agent.core.agent import Agent
+from agent.persistence.runs import make_run_env
 from benchmarks.ablation_dmc import NOT_HERE, collect, draw, rows_of, run_row
 from tests.agent.conftest import tiny
 

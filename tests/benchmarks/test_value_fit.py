@@ -4,7 +4,7 @@ for a whole episode at once, against a direct sum and against the planner's own 
 import numpy as np
 import torch
 
-from agent.episode import EpisodeSoFar, episode_inputs
+from agent.core.episode import EpisodeSoFar, episode_inputs
 from benchmarks.value_fit import discounted_returns, history_windows
 
 

@@ -174,7 +174,7 @@ def _resolve(ref: str, current: Path | None, owner: str | None) -> str | None:
     if owner is not None and any(symbol_exists(p, f"{owner}.{ref}") for p in everywhere):
         return f"{owner}.{ref}"
     if module in SECTIONS and symbol:
-        from agent.config import RunConfig
+        from agent.core.config import RunConfig
 
         config = RunConfig.from_dict({"train": {"world_model": "geodesic"}})
         if "." not in symbol and hasattr(getattr(config, module), symbol):

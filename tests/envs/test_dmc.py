@@ -14,8 +14,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agent import train as train_cli
-from agent.checkpoint import env_rng_state, load_checkpoint, set_env_rng_state
-from agent.runs import CHECKPOINT_NAME
+from agent.persistence.checkpoint import env_rng_state, load_checkpoint, set_env_rng_state
+from agent.persistence.runs import CHECKPOINT_NAME
 from envs import DMC_ENVS, EnvError, env_info, make_env
 from envs.dmc import ActionRepeat, register_dmc
 from envs.scaling import SpaceScaling, scale_spaces

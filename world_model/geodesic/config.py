@@ -223,7 +223,7 @@ class GeodesicConfig(DynamicsConfig):
     @staticmethod
     def migrate_v1(table: dict[str, Any]) -> dict[str, Any]:
         """A format-1 checkpoint's flat [dynamics] table in these sections (called by
-        agent.config.migrate_config; see migrate_flat_dynamics)."""
+        agent.core.config.migrate_config; see migrate_flat_dynamics)."""
         return migrate_flat_dynamics(table)
 
     def head_config(

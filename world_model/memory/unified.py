@@ -28,7 +28,7 @@ with the HIDA operators' call shape (docs/architecture.md, "The attention call s
   memory output (beta_i) and gates the result per dimension; W_o maps it to the output.
 
 Training: geoopt.optim.RiemannianAdam over block.parameters() is Riemannian Adam on the pool's
-centroids (a ManifoldParameter) and Adam on everything else, as in agent/agent.py.
+centroids (a ManifoldParameter) and Adam on everything else, as in agent/core/agent.py.
 """
 
 from __future__ import annotations

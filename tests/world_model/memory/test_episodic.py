@@ -10,9 +10,9 @@ import geoopt
 import pytest
 import torch
 
-from agent.buffer import ReplayBuffer
-from agent.episode import EpisodeSoFar, episode_inputs
-from agent.planner import Planner, PlannerConfig, _rows_inputs, plan_batch
+from agent.core.buffer import ReplayBuffer
+from agent.core.episode import EpisodeSoFar, episode_inputs
+from agent.core.planner import Planner, PlannerConfig, _rows_inputs, plan_batch
 from world_model.geodesic import GeodesicConfig, GeodesicDynamics
 from world_model.geodesic.config import ContextConfig
 from world_model.memory.episodic import EpisodicMemory, MemoryBank, MemoryInputs
@@ -180,7 +180,7 @@ def test_the_memory_force_enters_the_kick_through_the_gate():
 
 
 def test_the_episode_so_far_remembers_its_executed_transitions():
-    """Acting as the agent does (agent.agent.Agent.act_batch: the episodes' inputs, one batched
+    """Acting as the agent does (agent.core.agent.Agent.act_batch: the episodes' inputs, one batched
     plan, each action joining its episode), every plan completes the previous step's (obs,
     action) with its observation; reset starts a new episode; the last `capacity` are kept; two
     environments index their own, and the planner repeats them for its rows."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent.distributed import run_local_ranks
+from agent.core.distributed import run_local_ranks
 from world_model.memory.gsr import GSRConfig, gsr_route
 from world_model.memory.gsr_distributed import (
     CommLog,
