@@ -10,7 +10,7 @@ member declared here exists on a constructed Agent as the kind declared (attribu
 - `ActingAgent`: steps the run's env copies with their planners and generators
   (agent/core/collection.py's Collection);
 - `InspectedAgent`: a trained agent read without training it, its model, replay buffer and
-  counters (agent/inspection/figures.py, figures_data.py, figure_episodes.py, run_records.py).
+  counters (agent/inspection/figures.py, figures_data.py; agent/persistence/run_records.py).
 
 The training loop's view, `agent.core.loop.TrainedAgent`, extends ActingAgent and InspectedAgent in
 agent/core/loop.py: it names agent.core.distributed.DistContext, and agent/core/distributed.py
@@ -77,9 +77,8 @@ class ActingAgent(PlanningAgent, Protocol):
 class InspectedAgent(Protocol):
     """A (trained) agent read without training it: its world model, replay buffer, config and
     env-step counter. Implemented by agent.core.agent.Agent; read by agent.inspection.figures,
-    agent.inspection.figures_data, agent.inspection.figure_episodes.head_pass,
-    agent.persistence.run_records.sample_batch and agent.diagnose (through
-    agent.inspection.figures.write_figures)."""
+    agent.inspection.figures_data, agent.persistence.run_records.sample_batch and agent.diagnose
+    (through agent.inspection.figures.write_figures)."""
 
     config: RunConfig
     device: torch.device

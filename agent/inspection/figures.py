@@ -4,7 +4,7 @@ and the Trainer (agent/core/loop.py) adds them to TensorBoard at the end of a ru
 
 - `trajectories.png`: a few episodes of the replay buffer, encoded, on the Poincare disk (for d > 2
   the projection exp_0(V^T log_0 z) onto the first two principal directions of log_0 z,
-  agent/inspection/figures_data.py), with the prototypes (macro entries) and the window entries
+  world_model/geodesic/head_figures.py), with the prototypes (macro entries) and the window entries
   (texture entries) sized by the attention they receive from the plotted states;
 - `temperature.png`: node 68's picture, the temperature each head measurably used
   (sum s^2 / sum s l from its AttentionRecord) against |z| of the query, under the curve
@@ -32,18 +32,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from agent.core.protocols import InspectedAgent
-from agent.inspection.figures_data import (
-    NODE_TAGS,
-    SWEEP_STATES,
+from agent.inspection.figures_data import NODE_TAGS, SWEEP_STATES, FigureData, collect
+from world_model.diagnostics import reports_nodes
+from world_model.geodesic.head_figures import (
     AttentionData,
     ChiralityData,
-    FigureData,
     TemperatureData,
     TrajectoryData,
     WilsonData,
-    collect,
 )
-from world_model.diagnostics import reports_nodes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -44,7 +44,9 @@ returned state's `carry` field (a StepCarry, used only with the context it was c
 
 Modules: `config` (GeodesicConfig and its sections), `context` (GeodesicContext and the bank
 assembly), `integrator` (GeodesicCrossAttention: the BAOAB substeps as heads), `dynamics`
-(GeodesicState, GeodesicDynamics), `reports` (nodes 67-70 and the logged diagnostics).
+(GeodesicState, GeodesicDynamics), `reports` (nodes 67-70 and the logged diagnostics),
+`head_pass` (one pass of the kick and drift heads at some states) and `head_figures` (the numbers
+the diagnose figures read of a pass).
 """
 
 from geometry.potentials import confining_force
