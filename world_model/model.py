@@ -183,8 +183,8 @@ class Dynamics(nn.Module):
       `uses_value_gradient`: `value_fn` (state -> V(state) [B, 1], the agent's current value
       estimate, for dynamics that differentiate it, e.g. a chiral projector).
       Building a context writes into no state.
-    - `root(state, context) -> state`: the rollout root with what every rollout step would
-      first recompute at it, computed once (a planner calls it before expanding its root);
+    - `root(state, context) -> state`: the rollout start with what the first step would
+      compute at it, computed once (a planner calls it once per plan, not per iteration);
       default the state itself.
     - `genesis(roots [B], errors [B]) -> [(parameter, rows)]`: called after every update with
       the batch's root states and their one-step prediction errors, for a dynamics that grows
@@ -241,8 +241,8 @@ class Dynamics(nn.Module):
     def root(self, state: LatentState, context: Any) -> LatentState:
         """The state rollouts under `context` start from: `state` [B] with what a step would
         compute at it first and that depends on the state and context alone (carried()
-        fields). A planner calls it on its root before expanding the root to its samples, so
-        that this is computed once, not once per sample and iteration. Default: `state`."""
+        fields). A planner calls it once per plan on its rows, whose every iteration then
+        starts from them: computed once, not once per iteration. Default: `state`."""
         return state
 
     def genesis(self, roots: LatentState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:

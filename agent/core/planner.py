@@ -2,8 +2,8 @@
 
 One `plan()` call (TD-MPC2's planner, Hansen et al. 2024, written out):
 
-1. encode the observation, build the dynamics' context once and what every rollout from the
-   root shares (`WorldModel.root`: the geodesic model's first kick at the root);
+1. encode the observation, build the dynamics' context once and what every iteration's first
+   step would compute at the rows (`WorldModel.root`: the geodesic model's first kick);
 2. start from the previous plan shifted by one step (warm start) and `max_std`;
 3. repeat `iterations` times: sample `num_samples - num_pi_trajs` action sequences around the
    mean, add `num_pi_trajs` policy-prior sequences (drawn from the prior along the first
@@ -247,14 +247,14 @@ def plan_batch(
     device, dtype = obs.device, obs.dtype
     root = model.encode(obs)  # [E]
     # One environment: the context is built from its root (batch 1, broadcast over its samples,
-    # as training builds it per batch row) and the root's own first-step terms are computed
-    # once (model.root) and expanded with it to every sample. Several: both are built for the
-    # rows themselves, so that every row reads its own environment's context.
+    # as training builds it per batch row); several: for the rows themselves, so that every row
+    # reads its own environment's context. What the first step computes at the rows (the
+    # geodesic model's kick) is computed once per plan (model.root), not once per iteration.
     single = n_env == 1
     starts = root if single else root.map(lambda x: x.repeat_interleave(n, 0))
     context = model.context(starts, _rows_inputs(episode, 1 if single else n))
-    starts = model.root(starts, context)
     rows = starts.expand(n) if single else starts  # [E * N]
+    rows = model.root(rows, context)
 
     actions = torch.empty(horizon, n_env, n, a_dim, device=device, dtype=dtype)  # [H, E, N, A]
     flat = actions.view(horizon, n_env * n, a_dim)  # the rollout's rows, environment-major

@@ -194,8 +194,7 @@ class GeodesicDynamics(Dynamics):
 
     def root(self, state: GeodesicState, context: GeodesicContext) -> GeodesicState:
         """`state` carrying its position terms under `context` (the first step's opening kick):
-        a planner's root of batch 1 computes its kick once, and `expand` hands it to every
-        sample."""
+        a planner computes its rows' first kick once per plan instead of once per iteration."""
         return GeodesicState(
             state.z,
             state.p,
