@@ -74,10 +74,13 @@ def drift_queries(
     """The drift head's queries at (z, p) [B, d]: features (z, log_0 z, p / lambda(z)) [B, 3d]
     with the velocity G^-1 p, gated by the context's chiral projector. `point_features`:
     (z, log_0 z) when already computed."""
+    # the velocity before the features: the order the operations are recorded in is the order
+    # autograd sums their gradients in, and training's gradients stay bit for bit as before
+    velocity = p * poincare.inverse_metric_factor(z)  # [B, d] coordinate velocity
     return CovariantQueries.unchecked(
         positions=z,
         features=state_features(z, p, point_features),
-        velocity=p * poincare.inverse_metric_factor(z),  # [B, d] coordinate velocity
+        velocity=velocity,
         chiral=context.chiral_for(head),
     )
 
