@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 from collections.abc import Callable
 from typing import Literal
 
@@ -69,7 +70,7 @@ CoefficientFn = Callable[[Tensor, Tensor], Tensor]  # (x, dx) [..., d] -> coeffi
 
 ConnectionFn = Callable[[Tensor, Tensor], Tensor]
 WilsonMode = Literal["first_order", "exp", "path_ordered", "magnus4"]
-WILSON_MODES: tuple[str, ...] = ("first_order", "exp", "path_ordered", "magnus4")
+WILSON_MODES: tuple[str, ...] = typing.get_args(WilsonMode)
 
 # fourth-order Magnus step (Blanes, Casas, Oteo & Ros 2009, eq. 4.2; two-point Gauss-Legendre):
 # Omega = (A_1 + A_2) h / 2 + (sqrt 3 / 12) h^2 [A_2, A_1] at t_{1,2} = (1/2 -+ sqrt 3 / 6) h

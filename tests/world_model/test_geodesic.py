@@ -777,8 +777,9 @@ def test_every_setting_has_one_default():
 
 def test_every_option_table_lists_exactly_its_literal_choices():
     """An option's choices are defined once, by its field's Literal type: the tables that select
-    by it (encoder, routing, memory operator) hold exactly those choices, and a value outside
-    them is refused with the choices named."""
+    by it (encoder, routing, memory operator, attention kernel) hold exactly those choices, and
+    a value outside them is refused with the choices named."""
+    from world_model.attention.covariant_kernels import ATTENTION_KERNELS
     from world_model.geodesic import dynamics as geodesic_dynamics
     from world_model.memory import episodic
     from world_model.options import choices
@@ -787,6 +788,7 @@ def test_every_option_table_lists_exactly_its_literal_choices():
     assert tuple(geodesic_dynamics._ENCODED) == choices(GeodesicConfig, "encoder")
     assert tuple(geodesic_dynamics._POOLS) == choices(ContextConfig, "routing")
     assert ("none", *episodic._OPERATORS) == choices(ContextConfig, "memory")
+    assert tuple(ATTENTION_KERNELS) == choices(GeodesicHeadOptions, "kernel")
     with pytest.raises(ValueError, match=r"routing must be one of \('dense', 'gsr'\), got 'top'"):
         ContextConfig(routing="top")
 

@@ -15,9 +15,10 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from geometry import wilson_lines
+from geometry.wilson_lines import WilsonMode
+from world_model.options import check_choices
 
-from . import kernel_matrix
+from .kernel_matrix import KrrKernel
 
 __all__ = [
     "ChristoffelMode",
@@ -25,7 +26,7 @@ __all__ = [
     "TemperatureMode",
     "AreaProxy",
     "NO_TRANSPORT",
-    "WILSON_MODES",
+    "HeadWilsonMode",
     "HeadOptions",
     "CovariantAttentionConfig",
 ]
@@ -36,11 +37,7 @@ TemperatureMode = Literal["metric", "constant"]
 AreaProxy = Literal["conformal", "geodesic"]
 
 NO_TRANSPORT = "none"  # the Wilson-line ablation: identity lines, no parallel transport
-WILSON_MODES = (NO_TRANSPORT, *wilson_lines.WILSON_MODES)
-CHRISTOFFEL_MODES = ("full", "factorized", "poincare")
-TEMPERATURE_MODES = ("metric", "constant")
-AREA_PROXIES = ("conformal", "geodesic")
-KERNELS = ("softmax", "inverse_distance", "krr")
+HeadWilsonMode = Literal["none", WilsonMode]  # NO_TRANSPORT or a mode of geometry.wilson_lines
 
 
 @dataclass
@@ -65,32 +62,32 @@ class HeadOptions:
     """U(1)_Y charge of the fields"""
     connection_init_std: float = 0.1
     """std of the learned connection coefficients c0, c1 at initialisation"""
-    wilson: str = "magnus4"
+    wilson: HeadWilsonMode = "magnus4"
     """Wilson lines: first_order, exp, path_ordered (midpoint pieces, error O(segments^-2)) or
     magnus4 (fourth-order Magnus pieces, O(segments^-4)); node 67 reports the gauge error.
     none: no parallel transport (every line the identity; an ablation)"""
     segments: int = 12
     """pieces of a path_ordered or magnus4 Wilson line (docs/measurements.md: node 67 against
     cost per mode and segment count)"""
-    temperature: str = "metric"
+    temperature: TemperatureMode = "metric"
     """tau(z): metric (sqrt(d_k) / lambda(z), Thm 99) or constant (sqrt(d_k), the degenerate
     limit)"""
-    christoffel: str = "poincare"
+    christoffel: ChristoffelMode = "poincare"
     """quadratic query term: full, factorized or poincare (Def 283, 291, Prop 99)"""
     rank: int = 3
     """rank R of the factorized quadratic query terms (Def 291)"""
-    kernel: str = "softmax"
+    kernel: AttentionKernel = "softmax"
     """attention kernel: softmax (covariant softmax, seed 003), inverse_distance (HIDA on the
     positions, seed 000) or krr (kernel ridge regression, seed 001)"""
     ida_eps: float = 0.01
     """eps of the inverse-distance kernel (d_H(z, z')^2 + eps)^-1"""
-    krr_kernel: str = "exp"
+    krr_kernel: KrrKernel = "exp"
     """kernel of krr on the transported fields: exp, rbf, linear or cosine (seed 001)"""
     krr_lambda: float = 1.0
     """initial ridge lambda of krr (softplus(raw) + 1e-4, learned)"""
     string_tension: tuple[float, ...] = (1.0, 0.01)
     """initial area-law screening sigma per level, macro first (Prop 100)"""
-    area: str = "conformal"
+    area: AreaProxy = "conformal"
     """screening area: conformal (lambda(z)^2 |z - z'|^2 / 2, Def 286) or geodesic (d_H^2 / 2)"""
     screening: bool = True
     """area-law screening of colour-charged entries (Def 286); False: no screening term in the
@@ -109,16 +106,7 @@ class HeadOptions:
                 f"{self._where}.d_k = {self.d_k} must be a multiple of "
                 f"4 * n_colors = {4 * self.n_colors} (C^n_colors (x) C^2 (x) C^m, realified)"
             )
-        for name, allowed in (
-            ("wilson", WILSON_MODES),
-            ("temperature", TEMPERATURE_MODES),
-            ("christoffel", CHRISTOFFEL_MODES),
-            ("kernel", KERNELS),
-            ("krr_kernel", kernel_matrix.KERNELS),
-            ("area", AREA_PROXIES),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{self._where}.{name} must be one of {tuple(allowed)}")
+        check_choices(self, self._where)
         if not isinstance(self.screening, bool):
             raise ValueError(f"{self._where}.screening must be a bool, got {self.screening!r}")
         if not (self.ida_eps > 0 and self.krr_lambda > 1e-4):

@@ -7,15 +7,18 @@ regression (world_model/attention/krr.py) and the covariant head's "krr" attenti
 from __future__ import annotations
 
 import math
+import typing
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from geometry.sphere import normalize
 
-__all__ = ["KERNELS", "EXP_CLAMP", "exp_clamp_max", "kernel_matrix"]
+__all__ = ["KrrKernel", "KERNELS", "EXP_CLAMP", "exp_clamp_max", "kernel_matrix"]
 
-KERNELS = ("exp", "rbf", "linear", "cosine")
+KrrKernel = Literal["exp", "rbf", "linear", "cosine"]
+KERNELS: tuple[str, ...] = typing.get_args(KrrKernel)
 EXP_CLAMP = 100.0  # seed 001 §1: the exponent is clamped to [-100, 100]
 
 
