@@ -272,7 +272,8 @@ class WorldModelConfig:
     """Q heads in the ensemble; 'min' and 'avg' read all of them"""
     q_dropout: float = 0.0
     """dropout after the first layer of each Q head, train mode only (TD-MPC2: 0.01; off by
-    default: CPU dropout cost 1.1 ms per call, more than the layer's matmul)"""
+    default: on the CPU it costs more than the layer's matmul, docs/measurements.md, "Numbers
+    behind config defaults")"""
     num_bins: int = 101
     """bins of the two-hot reward and value distributions"""
     vmin: float = -10.0

@@ -159,23 +159,22 @@ class AgentConfig:
     updates_per_step: float = 1.0
     """gradient updates per env step after the seed steps (fractions update every 1/x steps)"""
     batch_size: int = 128
-    """sub-trajectories per update (TD-MPC2: 256; 128 halved the update's CPU time, 27 against
-    51 ms, and learned as fast on Pendulum-v1)"""
+    """sub-trajectories per update (TD-MPC2: 256; 128 halves the update's CPU time and learned as
+    fast on Pendulum-v1: docs/measurements.md, "Numbers behind config defaults")"""
     pretrain_updates: int | None = None
-    """extra updates when the seed steps end; None: as many as there were seed steps (TD-MPC2).
-    Measured on Pendulum-v1 (seed 1, lr 3e-4): -83 at 2.5k steps with them, -396 without"""
+    """extra updates when the seed steps end; None: as many as there were seed steps (TD-MPC2;
+    far better on Pendulum-v1 than none: docs/measurements.md, "Numbers behind config
+    defaults")"""
     lr: float = 1e-3
     """learning rate of the world model (RiemannianAdam) and the policy (Adam). TD-MPC2 uses
     3e-4 for millions of steps; at this project's few thousand, 1e-3 learned faster for both
-    world models on Pendulum-v1 (mean eval return at 2.5k / 5k steps, seeds 1-5: GRU -132 / -111
-    against -161 / -112 at 3e-4, geodesic -143 / -113 against -223 / -131); not measured on the
-    other environments"""
+    world models on Pendulum-v1 (docs/measurements.md, "Numbers behind config defaults")"""
     encoder_lr_scale: float = 0.3
     """the encoder's learning rate relative to lr"""
     dynamics_lr_scale: float = 1.0
     """the latent dynamics' learning rate relative to lr (the disk benchmark trains the geodesic
-    model best at a higher rate than a GRU; on Pendulum-v1, 3.0 was tried on the geodesic agent
-    at lr 3e-4: -472 at 2.5k steps on seed 2 against -410 at 1.0, not adopted)"""
+    model best at a higher rate than a GRU; a higher one on Pendulum-v1 was measured and not
+    adopted: docs/measurements.md, "Numbers behind config defaults")"""
     grad_clip: float = 20.0
     """gradient-norm clip of each optimiser"""
     q_tau: float = 0.01

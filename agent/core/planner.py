@@ -50,8 +50,8 @@ __all__ = [
 @dataclass
 class PlannerConfig:
     """Sampling-based planner. Defaults: TD-MPC2's horizon, elite fraction and std bounds, with
-    256 samples and 4 iterations instead of 512 and 6, so that one plan takes ~25 ms of one CPU
-    core (512 x 6: 62 ms, measured) and the agent plans at >= 30 Hz."""
+    256 samples and 4 iterations instead of 512 and 6, so that the GRU agent plans at >= 30 Hz on
+    one CPU core (docs/measurements.md, "Numbers behind config defaults")."""
 
     method: Literal["mppi", "cem"] = "mppi"
     """mppi (softmax-weighted elites) or cem (equally weighted elites)"""
