@@ -27,10 +27,11 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agent.core.planner import PlannerConfig
 from world_model.model import DynamicsConfig, WorldModelConfig
+from world_model.options import check_choices
 from world_model.registry import get_dynamics
 from world_model.training import LossConfig
 
@@ -38,7 +39,6 @@ __all__ = [
     "ConfigError",
     "INT_MAX",
     "TrainConfig",
-    "VECTOR_ENVS",
     "AgentConfig",
     "RunConfig",
     "check_device",
@@ -54,9 +54,6 @@ INT_MAX = 2**63 - 1  # torch's and numpy's int64: a larger size, count or seed o
 
 class ConfigError(ValueError):
     """An invalid configuration value, key or file; `str(err)` is one line."""
-
-
-VECTOR_ENVS = ("sync", "async")
 
 
 @dataclass
@@ -104,7 +101,7 @@ class TrainConfig:
     """environment copies collected from in lock-step and planned for in one batch
     (agent/core/collection.py); steps, seed steps, updates per step and every interval count the
     copies' steps together, so the update-to-data ratio is num_envs' own"""
-    vector_env: str = "sync"
+    vector_env: Literal["sync", "async"] = "sync"
     """how copies run when num_envs > 1: sync (gymnasium's SyncVectorEnv, in this process;
     planning, not stepping, is what costs here) or async (AsyncVectorEnv, a process per copy)"""
     single_thread: bool = True
@@ -133,10 +130,10 @@ class TrainConfig:
         _positive_int(self, "diagnostics_every", "train")
         _positive_int(self, "buffer_capacity", "train")
         _positive_int(self, "num_envs", "train")
-        if self.vector_env not in VECTOR_ENVS:
-            raise ConfigError(
-                f"train.vector_env must be one of {', '.join(VECTOR_ENVS)}; got {self.vector_env!r}"
-            )
+        try:
+            check_choices(self, "train")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if self.buffer_capacity < self.num_envs:
             raise ConfigError(
                 f"train.buffer_capacity ({self.buffer_capacity}) must be >= train.num_envs "

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from world_model.options import check_choices
+
 from .hida_common import _check_positive_int, check_operator_inputs
 from .ida import (
-    FORMS,
-    METRICS,
+    Form,
+    Metric,
     _check_eps,
     inverse_distance_attention,
 )
@@ -41,18 +43,15 @@ class DenseHIDAConfig:
     """
 
     eps: float = 1e-3
-    metric: str = "poincare"
-    form: str = "expanded"
+    metric: Metric = "poincare"
+    form: Form = "expanded"
     query_chunk: int | None = None
     fused: bool = True
     check_inputs: bool = True
 
     def __post_init__(self):
         _check_eps(self.eps)
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {self.metric!r}")
-        if self.form not in FORMS:
-            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
+        check_choices(self, "DenseHIDAConfig")
         _check_positive_int("query_chunk", self.query_chunk, allow_none=True)
 
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from world_model.options import check_choices
+
 from .hida_common import _check_positive_int, check_operator_inputs
 from .ida import (
-    METRICS,
+    Metric,
     _check_eps,
     inverse_distance_weights,
     squared_distance,
@@ -131,23 +134,20 @@ class FPHIDAConfig:
     """
 
     eps: float = 1e-3
-    metric: str = "poincare"
+    metric: Metric = "poincare"
     window: int | None = None
     n_global: int | None = None
     causal: bool = False
-    query_time: str = "sequence"
+    query_time: Literal["sequence", "now"] = "sequence"
     query_chunk: int = 1024
     check_inputs: bool = True
 
     def __post_init__(self):
         _check_eps(self.eps)
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {METRICS}, got {self.metric!r}")
+        check_choices(self, "FPHIDAConfig")
         if self.window is not None and not (isinstance(self.window, int) and self.window >= 0):
             raise ValueError(f"window must be an integer >= 0 or None, got {self.window!r}")
         _check_positive_int("n_global", self.n_global, allow_none=True)
-        if self.query_time not in ("sequence", "now"):
-            raise ValueError(f"query_time must be 'sequence' or 'now', got {self.query_time!r}")
         _check_positive_int("query_chunk", self.query_chunk)
 
 

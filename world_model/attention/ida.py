@@ -45,7 +45,9 @@ maximum subtracted, so no 1/eps or 1/eps^2 overflows in values or gradients for 
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -65,8 +67,10 @@ __all__ = [
     "effective_rank",
 ]
 
-METRICS = ("euclidean", "poincare", "sphere")
-FORMS = ("expanded", "cdist", "difference")
+Metric = Literal["euclidean", "poincare", "sphere"]
+Form = Literal["expanded", "cdist", "difference"]
+METRICS: tuple[str, ...] = typing.get_args(Metric)
+FORMS: tuple[str, ...] = typing.get_args(Form)
 
 
 @dataclass
@@ -82,9 +86,9 @@ class IDAConfig:
         check_inputs: validate shapes and the points' domain (one host sync per call).
     """
 
-    metric: str = "poincare"
+    metric: Metric = "poincare"
     eps: float = 1e-3
-    form: str = "expanded"
+    form: Form = "expanded"
     check_inputs: bool = True
 
     def __post_init__(self):

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from world_model.attention.kernel_matrix import KERNELS, kernel_matrix
+from world_model.attention.kernel_matrix import KERNELS, KrrKernel, kernel_matrix
 from world_model.attention.krr_precond import (
-    BASES,
-    PRECONDITIONERS,
+    Basis,
     Preconditioner,
+    PreconditionerName,
     make_preconditioner,
 )
 from world_model.attention.krr_solver import (
@@ -38,6 +39,7 @@ from world_model.attention.krr_solver import (
     rms_scale,
     solve_spd,
 )
+from world_model.options import check_choices
 
 __all__ = [
     "XSA_MODES",
@@ -51,7 +53,7 @@ __all__ = [
 ]
 
 XSA_MODES = ("projection", "zero", "mask")
-SOLVERS = ("pcg", "cholesky")
+Solver = Literal["pcg", "cholesky"]
 
 
 # --------------------------------------------------------------------------- XSA (§2)
@@ -270,17 +272,17 @@ class KRRConfig:
     """
 
     heads: int = 1
-    kernel: str = "exp"
+    kernel: KrrKernel = "exp"
     temp: float = 1.0
     sigma: float = 1.0
     normalize_inputs: bool = True
     lam_init: float = 3.0
     lam_eps: float = 1e-6
     xsa: str | None = None
-    solver: str = "pcg"
-    preconditioner: str = "fast"
+    solver: Solver = "pcg"
+    preconditioner: PreconditionerName = "fast"
     rank: int = 32
-    basis: str = "nystrom"
+    basis: Basis = "nystrom"
     max_len: int = 2048
     rebuild_every: int = 1
     tyler_iters: int = 1
@@ -291,9 +293,9 @@ class KRRConfig:
     rms_eps: float = 1e-6
 
     def __post_init__(self):
+        check_choices(self, "KRRConfig")
         checks = [
             (self.heads >= 1, f"heads must be >= 1, got {self.heads}"),
-            (self.kernel in KERNELS, f"kernel must be one of {KERNELS}, got {self.kernel!r}"),
             (self.temp > 0, f"temp must be > 0, got {self.temp}"),
             (self.sigma > 0, f"sigma must be > 0, got {self.sigma}"),
             (self.lam_eps > 0, f"lam_eps must be > 0 (keeps the system SPD), got {self.lam_eps}"),
@@ -302,12 +304,6 @@ class KRRConfig:
                 self.xsa is None or self.xsa in XSA_MODES,
                 f"xsa must be None or one of {XSA_MODES}, got {self.xsa!r}",
             ),
-            (self.solver in SOLVERS, f"solver must be one of {SOLVERS}, got {self.solver!r}"),
-            (
-                self.preconditioner in PRECONDITIONERS,
-                f"preconditioner must be one of {PRECONDITIONERS}, got {self.preconditioner!r}",
-            ),
-            (self.basis in BASES, f"basis must be one of {BASES}, got {self.basis!r}"),
             (self.rank >= 1, f"rank must be >= 1, got {self.rank}"),
             (self.max_len >= 1, f"max_len must be >= 1, got {self.max_len}"),
             (self.rebuild_every >= 1, f"rebuild_every must be >= 1, got {self.rebuild_every}"),

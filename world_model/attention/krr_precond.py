@@ -22,7 +22,9 @@ Per-head parameters broadcast over that head axis; with heads = 1 they broadcast
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -44,8 +46,10 @@ __all__ = [
     "tyler_scatter",
 ]
 
-PRECONDITIONERS = ("identity", "diagonal", "fast", "cccp")
-BASES = ("nystrom", "random")
+PreconditionerName = Literal["identity", "diagonal", "fast", "cccp"]
+Basis = Literal["nystrom", "random"]
+PRECONDITIONERS: tuple[str, ...] = typing.get_args(PreconditionerName)
+BASES: tuple[str, ...] = typing.get_args(Basis)
 SOFTPLUS_INV_ONE = math.log(math.e - 1.0)  # softplus(SOFTPLUS_INV_ONE) = 1
 
 

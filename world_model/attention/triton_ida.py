@@ -28,13 +28,16 @@ from __future__ import annotations
 
 import logging
 import math
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from geometry import poincare
+from world_model.options import check_choices
 
 from .ida import inverse_distance_attention
 
@@ -53,9 +56,12 @@ __all__ = [
 ]
 
 FUSED_METRICS = ("euclidean", "poincare")
-FORMS = ("difference", "expanded", "corrected")
-PRECISIONS = ("ieee", "tf32x3", "tf32")
-CONTRACTIONS = ("dot", "difference")
+KernelForm = Literal["difference", "expanded", "corrected"]
+Precision = Literal["ieee", "tf32x3", "tf32"]
+Contraction = Literal["dot", "difference"]
+FORMS: tuple[str, ...] = typing.get_args(KernelForm)
+PRECISIONS: tuple[str, ...] = typing.get_args(Precision)
+CONTRACTIONS: tuple[str, ...] = typing.get_args(Contraction)
 FUSED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_DIM = 256
 
@@ -87,21 +93,16 @@ class KernelConfig:
             (benchmarks/triton_ida_gpu.py sweeps them).
     """
 
-    form: str = "difference"
-    precision: str = "ieee"
-    contraction: str = "difference"
+    form: KernelForm = "difference"
+    precision: Precision = "ieee"
+    contraction: Contraction = "difference"
     near: float = 1.0 / 64.0
     block_q: int = 32
     block_k: int = 32
     num_warps: int = 4
 
     def __post_init__(self):
-        if self.form not in FORMS:
-            raise ValueError(f"form must be one of {FORMS}, got {self.form!r}")
-        if self.contraction not in CONTRACTIONS:
-            raise ValueError(f"contraction must be one of {CONTRACTIONS}, got {self.contraction!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        check_choices(self, "KernelConfig")
         for name in ("block_q", "block_k"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 16 and value & (value - 1) == 0):
