@@ -227,12 +227,15 @@ class Agent:
         model = self.model
         with _eval_mode(model), located(f"env step {self.num_timesteps}"):
             obs_t = self._obs_tensor(obs)
-            inputs = episode_inputs(episodes, obs_t, model.history_length, model.memory_capacity)
+            window, capacity = model.history_length, model.memory_capacity
+            reads = window > 0 or capacity > 0  # else the episode so far is nothing it reads
+            inputs = episode_inputs(episodes, obs_t, window, capacity) if reads else None
             actions = plan_batch(
                 planners, model, obs_t, inputs, explore=explore, generators=generators
             )
-            for episode, o, a in zip(episodes, obs_t, actions, strict=True):
-                episode.acted(o, a)
+            if reads:
+                for episode, o, a in zip(episodes, obs_t, actions, strict=True):
+                    episode.acted(o, a)
         self.timing["plan_s"] += time.perf_counter() - start
         self.timing["plans"] += 1
         return actions.cpu().numpy()
