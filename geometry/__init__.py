@@ -15,6 +15,7 @@
 - :mod:`geometry.screening` area-law proxy, screening factor, confinement radius (seed 003 §8).
 - :mod:`geometry.potentials` the confining potential and force, Gaussian wells in d_H.
 - :mod:`geometry.quantize`  polar quantisation of ball keys and bit packing (seed 000 §6, HCC).
+- :mod:`geometry.tables`    constant tables built once per key, read as tensors under torch.compile.
 - :mod:`geometry.langevin`  Langevin dynamics with mass G = lambda^2 I and its BAOAB splitting
   (one composition, `baoab`, for the model's step and the disk's simulator).
 """
@@ -31,10 +32,11 @@ from . import (
     screening,
     sphere,
     su2,
+    tables,
     wilson_lines,
 )
 
 __all__ = [
     "doublet", "gauge_transforms", "group_exponential", "langevin", "lie_algebra", "poincare",
-    "potentials", "quantize", "screening", "sphere", "su2", "wilson_lines",
+    "potentials", "quantize", "screening", "sphere", "su2", "tables", "wilson_lines",
 ]  # fmt: skip

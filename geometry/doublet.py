@@ -20,13 +20,13 @@ function to the seed definition it implements and the test that checks it.
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import torch
 from torch import Tensor
 
 from .lie_algebra import realify
+from .tables import constant_table
 
 __all__ = [
     "bilinear",
@@ -126,7 +126,7 @@ def doublet_to_realified(psi: Tensor) -> Tensor:
     return torch.cat([flat.real, flat.imag], dim=-1)
 
 
-@functools.lru_cache(maxsize=32)
+@constant_table
 def _doublet_layout(
     n_colors: int, k: int, dtype: torch.dtype, device: torch.device
 ) -> tuple[Tensor, Tensor]:

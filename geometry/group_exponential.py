@@ -11,7 +11,6 @@ from them) are also what geometry.wilson_lines multiplies for a Wilson line in t
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import torch
@@ -19,6 +18,7 @@ from torch import Tensor
 
 from .lie_algebra import GaugeGroup, gell_mann, realify
 from .su2 import complex_dtype_for, pauli, su2_exp, su2_exp_jacobian_vjp, su2_quaternion
+from .tables import constant_table
 
 __all__ = ["group_exp", "group_exp_vjp"]
 
@@ -65,13 +65,13 @@ def _factor_angles(group: GaugeGroup, x: Tensor) -> Tensor:
     return x[..., : k + 3].unflatten(-1, (2, 3)) * _factor_couplings(group, x.dtype, x.device)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_table
 def _factor_couplings(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
     """[[g_s], [g_2]]: the couplings of the two SU(2)-type factors, built once; read only."""
     return torch.tensor([[group.g_s], [group.g_2]], dtype=dtype, device=device)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_table
 def _group_exp_basis(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
     """realify(U_C (x) U_2 e^(-i phi)) is linear in each of the factors' unit quaternions q
     (U = q_0 I - i q . sigma, geometry.su2.su2_quaternion) and in (cos phi, sin phi): its

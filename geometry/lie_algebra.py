@@ -15,13 +15,13 @@ lines in geometry.wilson_lines, gauge transformations in geometry.gauge_transfor
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .su2 import complex_dtype_for, pauli
+from .tables import constant_table
 
 __all__ = [
     "GaugeGenerators",
@@ -149,7 +149,7 @@ class GaugeGroup:
         return gens.stacked(self.g_s, self.g_2, self.g_1).to(dtype)
 
 
-@functools.lru_cache(maxsize=16)
+@constant_table
 def structure_constants(group: GaugeGroup, dtype: torch.dtype, device: torch.device) -> Tensor:
     """f [G, G, G] with [T_a, T_b] = sum_c f[a, b, c] T_c for the stacked generators (couplings
     folded in): block diagonal over the commuting factors, g eps_abc on an SU(2)-type block

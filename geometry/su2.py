@@ -8,11 +8,12 @@ projector for every unit n.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
 from torch import Tensor
+
+from .tables import constant_table
 
 __all__ = [
     "complex_dtype_for",
@@ -49,7 +50,7 @@ def pauli(dtype: torch.dtype = torch.complex128, device=None) -> Tensor:
     return s
 
 
-@functools.lru_cache(maxsize=16)
+@constant_table
 def _pauli_and_identity(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
     """(pauli [3, 2, 2], I [2, 2]) in the complex dtype for `dtype`, built once per dtype and
     device (building them is ~10 small ops, paid on every projector otherwise). Read only."""
@@ -85,7 +86,7 @@ def su2_quaternion(theta: Tensor) -> Tensor:
     return torch.cat([cos, sin_t * theta], -1)
 
 
-@functools.lru_cache(maxsize=8)
+@constant_table
 def _quaternion_tables(dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
     """With the basis E_0 = I, E_a = -i sigma_a (su2_quaternion's U = sum_i q_i E_i):
     the product table C, E_i E_j = sum_k C[i, j, k] E_k, and the adjoint table D,
