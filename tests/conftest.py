@@ -1,6 +1,7 @@
 """Shared test helpers and settings.
 
-Threads: one. The tests work on small tensors, where a second intra-op thread mostly spins
+Compiling: off (torch.compile is a no-op; see below). Threads: one. The tests work on small
+tensors, where a second intra-op thread mostly spins
 (measured: the covariant-head tests took 84 s with two threads on a loaded 2-core machine and 7 s
 with one). Never torch.set_num_threads(k >= 2): with this torch it silently breaks batched LU
 (PyTorch issue 142815).
@@ -11,9 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-import torch
-from hypothesis import settings
+# The tests run every step eagerly: torch.compile is a no-op here and in the CLIs they start
+# (its graphs take minutes to build; tests/world_model/test_compiled_steps.py re-enables it).
+os.environ["TORCH_COMPILE_DISABLE"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 torch.set_num_threads(1)
 

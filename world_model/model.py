@@ -190,6 +190,8 @@ class Dynamics(nn.Module):
       the batch's root states and their one-step prediction errors, for a dynamics that grows
       (DMG prototypes); returns the parameter rows it rewrote, whose optimiser moments the
       agent clears. Default: nothing.
+    - `compile_steps()`: run `next` compiled from now on (the agent calls it unless
+      train.compile is off); default: nothing to compile.
     - `diagnostics(batch, **inputs) -> (scalars, histograms)`: logged under `diagnostics/`
       every N updates and at the end of every run (batch None when the buffer cannot fill one
       yet); `value_fn` as for `context` when uses_value_gradient; default empty.
@@ -247,6 +249,10 @@ class Dynamics(nn.Module):
 
     def genesis(self, roots: LatentState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:
         return []
+
+    def compile_steps(self) -> None:
+        """Run `next` compiled from now on, where the dynamics has a compiled form (the
+        geodesic model's integrator); default: nothing to compile."""
 
     def diagnostics(self, batch: Any, **inputs: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
         return {}, {}

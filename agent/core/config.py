@@ -107,6 +107,11 @@ class TrainConfig:
     single_thread: bool = True
     """run torch on one CPU thread: these small networks ran 15x faster than with 2 threads
     while other processes shared the 2 cores, and no slower on idle cores"""
+    compile: Literal["auto", "off"] = "auto"
+    """auto: the world model's steps run compiled where its dynamics has compiled steps (the
+    geodesic model's integrator: world_model/geodesic/compiled.py; its graphs take minutes at
+    a machine's first run, then come from inductor's on-disk cache; eager, with one logged
+    line, where inductor cannot build); off: every step eager"""
     progress: bool = True
     """show a progress bar on a terminal"""
 

@@ -52,6 +52,17 @@ class GeodesicContext:
             self._chiral[key] = head.chiral_inputs(self.value_grad)
         return self._chiral[key]
 
+    def read_ahead(self, heads: list[CovariantAttention]) -> None:
+        """Compute now what the steps would compute on their first read: each head's chiral
+        projector (complex arithmetic) and each prepared bank's charged entries (a nonzero,
+        whose size depends on the data). A compiled step then reads both as inputs
+        (world_model/geodesic/compiled.py); the values are those of a first read."""
+        for head in heads:
+            self.chiral_for(head)
+        for prepared in (self.force, self.correction):
+            if prepared is not None and prepared.charged:
+                prepared.charged_entries()
+
     @functools.cached_property
     def force_bank(self) -> ContextBank:
         """The kick head's bank: prototypes, then the window's entries when there is one."""

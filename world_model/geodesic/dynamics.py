@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from geometry import poincare
+from world_model import sharding
 from world_model.layers import mlp
 from world_model.memory.episodic import MemoryBank, MemoryInputs, empirical_residual
 from world_model.memory.prototypes import PrototypeConfig, PrototypePool
@@ -22,6 +23,7 @@ from world_model.memory.window import TrajectoryWindow, state_features
 from world_model.model import Dynamics, LatentState, carried
 
 from . import reports
+from .compiled import CompiledSteps
 from .config import TEXTURE, GeodesicConfig
 from .context import GeodesicContext
 from .integrator import GeodesicCrossAttention, PositionTerms
@@ -143,6 +145,15 @@ class GeodesicDynamics(Dynamics):
         # the identity encoder's latent (z, p) is the observation: decoded exactly, no head
         self.exact_observation = cfg.encoder == "identity"
         self.integrator = GeodesicCrossAttention(cfg, action_dim)
+        self.compiled: CompiledSteps | None = None  # compile_steps()
+
+    def compile_steps(self) -> None:
+        """Run the integrator's steps compiled from now on (world_model/geodesic/compiled.py:
+        one graph per kind of step, inductor's on-disk cache; eager where inductor cannot
+        build). The values agree with the eager steps' to rounding
+        (tests/world_model/test_compiled_steps.py)."""
+        if self.compiled is None:
+            self.compiled = CompiledSteps(self.integrator)
 
     # ------------------------------------------------------------------ interface
 
@@ -195,11 +206,12 @@ class GeodesicDynamics(Dynamics):
     def root(self, state: GeodesicState, context: GeodesicContext) -> GeodesicState:
         """`state` carrying its position terms under `context` (the first step's opening kick):
         a planner computes its rows' first kick once per plan instead of once per iteration."""
-        return GeodesicState(
-            state.z,
-            state.p,
-            carry=StepCarry(context, self.integrator.position_terms(state.z, context)),
+        terms = (
+            self.integrator.position_terms(state.z, context)
+            if self.compiled is None
+            else self.compiled.root_terms(state.z, context)
         )
+        return GeodesicState(state.z, state.p, carry=StepCarry(context, terms))
 
     @torch.no_grad()
     def memory_bank(self, memory: MemoryInputs) -> MemoryBank | None:
@@ -251,8 +263,11 @@ class GeodesicDynamics(Dynamics):
         ctx = context if context is not None else self.context(state)
         carry = state.carry
         terms = carry.terms if carry is not None and carry.context is ctx else None
-        z, p, terms = self.integrator(
-            state.z, state.p, action, ctx, stochastic=stochastic, carry=terms
+        # the O step's noise drawn here, before the step, as the eager step would draw it
+        noise = sharding.randn(state.p.shape, state.p) if stochastic else None
+        step = self.integrator if self.compiled is None else self.compiled.step
+        z, p, terms = step(
+            state.z, state.p, action, ctx, stochastic=stochastic, carry=terms, noise=noise
         )
         return GeodesicState(z, p, carry=StepCarry(ctx, terms))
 

@@ -282,12 +282,20 @@ class GeodesicCrossAttention(nn.Module):
         return z_new, p_new, correction
 
     def thermostat(
-        self, z: Tensor, p: Tensor, context: GeodesicContext, stochastic: bool
+        self,
+        z: Tensor,
+        p: Tensor,
+        context: GeodesicContext,
+        stochastic: bool,
+        noise: Tensor | None = None,
     ) -> Tensor:
         """O step: exact OU p <- c1 p + c2 lambda(z) xi (its mean c1 p when not stochastic), plus
-        the optional learned residual read from a bank of fresh noise vectors (zero mean)."""
+        the optional learned residual read from a bank of fresh noise vectors (zero mean).
+        `noise`: xi [B, d] when drawn by the caller (stochastic only), else drawn here."""
         c1, c2 = context.ou if context.ou is not None else self.ou_coefficients()
-        xi = sharding.randn(p.shape, p) if stochastic else None  # [B, d], batch-sharded
+        xi = None
+        if stochastic:  # [B, d], batch-sharded
+            xi = sharding.randn(p.shape, p) if noise is None else noise
         p = langevin.ou_step(z, p, c1, c2, xi)
         if self.thermostat_head is not None and stochastic:
             bank = context.force_bank
@@ -313,10 +321,13 @@ class GeodesicCrossAttention(nn.Module):
         *,
         stochastic: bool = False,
         carry: PositionTerms | None = None,
+        noise: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, PositionTerms]:
         """One B-A-O-A-B step: geometry.langevin.baoab with this module's substeps. z, p [B, d],
         action [B, A]; `carry` = position_terms(z) returned by the previous step (None:
-        computed). Returns (z', p', position_terms at z'), the last the next step's carry.
+        computed); `noise`: the O step's xi [B, d] when stochastic, drawn by the caller (a
+        compiled step draws none itself: world_model/geodesic/compiled.py), None: drawn in the
+        O step. Returns (z', p', position_terms at z'), the last the next step's carry.
         B: the position terms' force plus the control force. A: `drift`; the first half-drift
         reads the position terms' lines and features, and its drift correction is reused by
         the second (one drift-head evaluation per step). O: `thermostat`."""
@@ -338,6 +349,6 @@ class GeodesicCrossAttention(nn.Module):
             lambda x: self.position_terms(x, context),
             kick,
             half_drift,
-            lambda x, q: self.thermostat(x, q, context, stochastic),
+            lambda x, q: self.thermostat(x, q, context, stochastic, noise),
             carry,
         )

@@ -1,0 +1,107 @@
+"""The integrator's planning steps compiled (issue 43; docs/measurements.md, "Cost"): one graph
+per kind of step, built by torch.compile (inductor) with static shapes and kept in inductor's
+on-disk cache, so a second run on the same machine loads its graphs instead of generating them.
+
+On one CPU thread an eager step is ~600 small tensor ops whose cost is dispatch, not arithmetic;
+inductor fuses them into a few generated C++ loops around the matrix products. Kinds (each its
+own graph, compiled at its first call): a plan's steps and its rows' root terms
+(`position_terms`), at the plan's batch. Only steps without gradient run compiled: with
+torch 2.13's inductor the training step's graph (forward saved for backward) corrupted the heap
+when the trajectory window's entries were in the bank (docs/measurements.md, "Cost"), so a step
+under autograd runs eagerly. What makes the graphs whole:
+
+- the constant tables the geometry reads (geometry/tables.py) are dict reads, not rebuilt;
+- the chiral projector (complex arithmetic, which inductor does not generate code for) and the
+  charged entries' columns (a nonzero: its size depends on the data, a graph break) are
+  computed once per context, before a compiled step reads them (GeodesicContext.read_ahead);
+- the O step's noise is drawn by the caller (world_model.sharding reads a context variable),
+  from the same generator and in the same order as an eager step draws it.
+
+Where inductor cannot build (no C++ compiler, an unsupported platform), the first call logs one
+line and every step runs eagerly from then on. Under `torch._dynamo.config.disable` (the tests)
+torch.compile is a no-op and the steps run eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .context import GeodesicContext
+from .integrator import GeodesicCrossAttention, PositionTerms
+
+__all__ = ["CompiledSteps"]
+
+_logger = logging.getLogger(__name__)
+
+RECOMPILE_LIMIT = 16
+"""graphs per compiled function (kinds x batch sizes) before dynamo runs further kinds eagerly"""
+
+
+class CompiledSteps:
+    """`step` (GeodesicCrossAttention.forward) and `root_terms` (position_terms) of one
+    integrator, compiled on first use where no gradient is recorded (planning, evaluation);
+    eager under autograd, and for good after a failed build (one logged line)."""
+
+    def __init__(self, integrator: GeodesicCrossAttention):
+        self.integrator = integrator
+        limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        torch._dynamo.config.recompile_limit = limit
+        self._step = torch.compile(integrator.forward, dynamic=False)
+        self._terms = torch.compile(integrator.position_terms, dynamic=False)
+        self.failed: str | None = None  # why compiling failed (then every call runs eagerly)
+
+    def step(
+        self,
+        z: Tensor,
+        p: Tensor,
+        action: Tensor,
+        context: GeodesicContext,
+        *,
+        stochastic: bool,
+        carry: PositionTerms | None,
+        noise: Tensor | None,
+    ) -> tuple[Tensor, Tensor, PositionTerms]:
+        """integrator(z, p, action, context, ...), compiled (GeodesicCrossAttention.forward)."""
+        return self._run(
+            self._step,
+            self.integrator.forward,
+            context,
+            z,
+            p,
+            action,
+            context,
+            stochastic=stochastic,
+            carry=carry,
+            noise=noise,
+        )
+
+    def root_terms(self, z: Tensor, context: GeodesicContext) -> PositionTerms:
+        """integrator.position_terms(z, context), compiled."""
+        return self._run(self._terms, self.integrator.position_terms, context, z, context)
+
+    def _run(
+        self,
+        compiled: Callable[..., Any],
+        eager: Callable[..., Any],
+        context: GeodesicContext,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        if self.failed is None and not torch.is_grad_enabled():
+            context.read_ahead(self.integrator.heads())  # eager, once per context
+            # a row-expanded root is a stride-0 view: contiguous inputs keep to one graph
+            args = tuple(a.contiguous() if isinstance(a, Tensor) else a for a in args)
+            try:
+                return compiled(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - inductor's build errors have no common type
+                self.failed = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                _logger.warning(
+                    "torch.compile of the geodesic integrator failed (%s); its steps run eagerly",
+                    self.failed,
+                )
+        return eager(*args, **kwargs)
