@@ -36,7 +36,17 @@ def start_run(
         (run_dir / "meta.json").write_text(json.dumps(meta, indent=2))
         trainer.writer.add_text("config", config.markdown())
         print(f"run folder: {run_dir}", file=sys.stderr)
+        _say_compiling(agent)
     return trainer, run_dir
+
+
+def _say_compiling(agent: Agent) -> None:
+    if agent.compiles:
+        print(
+            "compiling the world model's planning steps at the first plan: minutes on a "
+            "machine's first run, then read from inductor's cache (--train.compile off: eager)",
+            file=sys.stderr,
+        )
 
 
 def resume_run(
@@ -62,4 +72,5 @@ def resume_run(
         saved.setdefault("resumed", []).append(meta)
         meta_path.write_text(json.dumps(saved, indent=2))
         print(f"resuming {run_dir} at step {trainer.agent.num_timesteps}", file=sys.stderr)
+        _say_compiling(trainer.agent)
     return trainer, run_dir

@@ -250,9 +250,10 @@ class Dynamics(nn.Module):
     def genesis(self, roots: LatentState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:
         return []
 
-    def compile_steps(self) -> None:
+    def compile_steps(self) -> bool:
         """Run `next` compiled from now on, where the dynamics has a compiled form (the
-        geodesic model's integrator); default: nothing to compile."""
+        geodesic model's integrator); whether it has. Default: nothing to compile."""
+        return False
 
     def diagnostics(self, batch: Any, **inputs: Any) -> tuple[dict[str, float], dict[str, Tensor]]:
         return {}, {}

@@ -151,8 +151,8 @@ class Agent:
         dynamics = build_dynamics(tc.world_model, self.obs_dim, self.action_dim, config.dynamics)
         self.model = WorldModel(self.obs_dim, self.action_dim, dynamics, config.model)
         self.model.to(self.device)
-        if tc.compile == "auto":
-            self.model.dynamics.compile_steps()  # after WorldModel's copy of the target dynamics
+        # after WorldModel's copy of the target dynamics
+        self.compiles = tc.compile == "auto" and self.model.dynamics.compile_steps()
         groups = self.model.model_parameter_groups()
         if ac.dynamics_lr_scale == 1.0:  # one group, as checkpoints before the option have
             param_groups = [{"params": groups["dynamics"] + groups["heads"], "lr": ac.lr}]

@@ -147,13 +147,14 @@ class GeodesicDynamics(Dynamics):
         self.integrator = GeodesicCrossAttention(cfg, action_dim)
         self.compiled: CompiledSteps | None = None  # compile_steps()
 
-    def compile_steps(self) -> None:
+    def compile_steps(self) -> bool:
         """Run the integrator's steps compiled from now on (world_model/geodesic/compiled.py:
         one graph per kind of step, inductor's on-disk cache; eager where inductor cannot
         build). The values agree with the eager steps' to rounding
         (tests/world_model/test_compiled_steps.py)."""
         if self.compiled is None:
             self.compiled = CompiledSteps(self.integrator)
+        return True
 
     # ------------------------------------------------------------------ interface
 
