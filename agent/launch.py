@@ -43,7 +43,7 @@ def start_run(
 def _say_compiling(agent: Agent) -> None:
     if agent.compiles:
         print(
-            "compiling the world model's planning steps at the first plan: minutes on a "
+            "compiling the world model's steps at the first plan and update: minutes on a "
             "machine's first run, then read from inductor's cache (--train.compile off: eager)",
             file=sys.stderr,
         )

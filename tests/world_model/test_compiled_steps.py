@@ -1,7 +1,6 @@
 """The geodesic integrator's compiled planning steps (world_model/geodesic/compiled.py) against
-the eager steps they replace: the same states to float32 rounding, in whole graphs (no graph
-break); steps under autograd stay eager (bit for bit); a failed build falls back to eager with
-one logged line.
+the eager steps they replace: the same states and gradients to float32 rounding, in whole
+graphs (no graph break); a failed build falls back to eager with one logged line.
 
 The suite runs with torch.compile disabled (tests/conftest.py); the slow test re-enables it.
 """
@@ -91,13 +90,20 @@ def test_the_compiled_path_without_a_compiler_is_the_eager_step():
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b|: one tolerance for tensors of every scale."""
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
 @pytest.mark.slow
-def test_compiled_planning_steps_equal_the_eager_steps_and_training_steps_stay_eager():
+def test_compiled_steps_equal_the_eager_steps_in_planning_and_in_training():
     """torch.compile on: a planning rollout (no_grad; root terms and steps, with the window's
-    charged entries and a live chiral gate) agrees with the eager model's to float32 rounding
-    amplified by three steps of a perturbed model (2e-4 relative; a dropped term errs by
-    O(1)), in whole graphs (no graph break); a stochastic training rollout runs the eager
-    steps: its states and every parameter's gradient are the eager model's bit for bit."""
+    charged entries and a live chiral gate) and a stochastic training rollout agree with the
+    eager model's states to float32 rounding amplified by three steps of a perturbed model
+    (2e-4 relative; a dropped term errs by O(1)); every parameter's gradient through the
+    compiled training rollout is the eager one's to 1e-3 of its largest entry (measured
+    2.4e-5; torch 2.13's inductor with its default passes erred by 5,000x here, see
+    world_model/geodesic/compiled.py); in whole graphs, no graph break, one per kind."""
     import torch._dynamo  # here, not at import: it imports triton (see test_triton_ida.py)
     from torch._dynamo.utils import counters
 
@@ -113,12 +119,14 @@ def test_compiled_planning_steps_equal_the_eager_steps_and_training_steps_stay_e
             torch.testing.assert_close(a, b, rtol=2e-4, atol=1e-5)
         assert counters["stats"]["unique_graphs"] == 2  # the root terms, a plan's step
         got, want = rollout(dyn, True), rollout(eager, True)
-        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a.detach(), b.detach(), rtol=2e-4, atol=1e-5)
         sum(x.square().sum() for x in got).backward()
         sum(x.square().sum() for x in want).backward()
     assert dyn.compiled.failed is None
     assert not counters["graph_break"], dict(counters["graph_break"])
-    assert counters["stats"]["unique_graphs"] == 2  # no training graph
+    assert counters["stats"]["unique_graphs"] == 4  # and the two under autograd
     for (name, a), (_, b) in zip(dyn.named_parameters(), eager.named_parameters(), strict=True):
         assert (a.grad is None) == (b.grad is None), name
-        assert a.grad is None or torch.equal(a.grad, b.grad), name
+        if b.grad is not None and b.grad.abs().max() > 0:
+            assert relative_error(a.grad, b.grad) < 1e-3, (name, relative_error(a.grad, b.grad))

@@ -1,14 +1,12 @@
-"""The integrator's planning steps compiled (issue 43; docs/measurements.md, "Cost"): one graph
-per kind of step, built by torch.compile (inductor) with static shapes and kept in inductor's
-on-disk cache, so a second run on the same machine loads its graphs instead of generating them.
+"""The integrator's steps compiled (issue 43; docs/measurements.md, "Cost"): one graph per kind
+of step, built by torch.compile (inductor) with static shapes and kept in inductor's on-disk
+cache, so a second run on the same machine loads its graphs instead of generating them.
 
 On one CPU thread an eager step is ~600 small tensor ops whose cost is dispatch, not arithmetic;
 inductor fuses them into a few generated C++ loops around the matrix products. Kinds (each its
 own graph, compiled at its first call): a plan's steps and its rows' root terms
-(`position_terms`), at the plan's batch. Only steps without gradient run compiled: with
-torch 2.13's inductor the training step's graph (forward saved for backward) corrupted the heap
-when the trajectory window's entries were in the bank (docs/measurements.md, "Cost"), so a step
-under autograd runs eagerly. What makes the graphs whole:
+(`position_terms`) at the plan's batch, and the same under autograd at the training batch (a
+forward graph and, at the first backward, its backward graph). What makes the graphs whole:
 
 - the constant tables the geometry reads (geometry/tables.py) are dict reads, not rebuilt;
 - the chiral projector (complex arithmetic, which inductor does not generate code for) and the
@@ -16,6 +14,13 @@ under autograd runs eagerly. What makes the graphs whole:
   computed once per context, before a compiled step reads them (GeodesicContext.read_ahead);
 - the O step's noise is drawn by the caller (world_model.sharding reads a context variable),
   from the same generator and in the same order as an eager step draws it.
+
+INDUCTOR_OPTIONS turns off two of torch 2.13's inductor passes on CPU: with them, the training
+graph of a step whose bank holds the window's entries returned gradients off by up to 5,000x
+(in-place buffer reuse) and wrote out of bounds (vectorised loop tails: heap corruption,
+"corrupted size vs. prev_size"); aot_eager and inductor's decompositions alone were right.
+tests/world_model/test_compiled_steps.py checks the compiled training step's gradients against
+the eager step's.
 
 Where inductor cannot build (no C++ compiler, an unsupported platform), the first call logs one
 line and every step runs eagerly from then on. Under `torch._dynamo.config.disable` (the tests)
@@ -41,18 +46,22 @@ _logger = logging.getLogger(__name__)
 RECOMPILE_LIMIT = 16
 """graphs per compiled function (kinds x batch sizes) before dynamo runs further kinds eagerly"""
 
+INDUCTOR_OPTIONS = {"inplace_buffers": False, "cpp.enable_loop_tail_vec": False}
+"""inductor passes that miscompiled the training step (module docstring)"""
+
 
 class CompiledSteps:
     """`step` (GeodesicCrossAttention.forward) and `root_terms` (position_terms) of one
-    integrator, compiled on first use where no gradient is recorded (planning, evaluation);
-    eager under autograd, and for good after a failed build (one logged line)."""
+    integrator, compiled on first use; eager for good after a failed build (one logged line)."""
 
     def __init__(self, integrator: GeodesicCrossAttention):
         self.integrator = integrator
         limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         torch._dynamo.config.recompile_limit = limit
-        self._step = torch.compile(integrator.forward, dynamic=False)
-        self._terms = torch.compile(integrator.position_terms, dynamic=False)
+        self._step = torch.compile(integrator.forward, dynamic=False, options=INDUCTOR_OPTIONS)
+        self._terms = torch.compile(
+            integrator.position_terms, dynamic=False, options=INDUCTOR_OPTIONS
+        )
         self.failed: str | None = None  # why compiling failed (then every call runs eagerly)
 
     def step(
@@ -92,7 +101,7 @@ class CompiledSteps:
         *args: Any,
         **kwargs: Any,
     ) -> Any:
-        if self.failed is None and not torch.is_grad_enabled():
+        if self.failed is None:
             context.read_ahead(self.integrator.heads())  # eager, once per context
             # a row-expanded root is a stride-0 view: contiguous inputs keep to one graph
             args = tuple(a.contiguous() if isinstance(a, Tensor) else a for a in args)
