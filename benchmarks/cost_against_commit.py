@@ -1,11 +1,13 @@
 """The agent's cost per update and per plan, this tree against an older commit, alternating.
 
     python -m benchmarks.cost_against_commit --commit 1468b72 --pairs 5
+    python -m benchmarks.cost_against_commit --commit HEAD --plans 70 --variant mix geodesic M.toml
 
 Checks `--commit` out into a temporary git worktree and runs `python -m benchmarks.agent_step_cost`
 (the commit's own copy there, this tree's here) alternately, old and new in turn (the order
 flips every pair: these machines are noisy), `--pairs` times each. Prints, per world model, the
-ms per update and per plan of every run and the median of the per-pair ratios new / old.
+ms per update and per plan of every run and the median of the per-pair ratios new / old. Other
+arguments go to agent_step_cost.py as they are (both trees must accept them).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW = re.compile(r"^\| (\w+) \| \d+ \| ([\d.]+) \([\d.]+\) \| ([\d.]+) \([\d.]+\) \|")
+ROW = re.compile(r"^\| ([\w-]+) \| \d+ \| ([\d.]+) \([\d.]+\) \| ([\d.]+) \([\d.]+\) \|")
 
 
 def cost(tree: Path, extra: list[str]) -> dict[str, tuple[float, float]]:
@@ -38,8 +40,8 @@ def main() -> int:
     parser.add_argument("--commit", required=True)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="rounds inside each run")
-    args = parser.parse_args()
-    extra = ["--rounds", str(args.rounds)]
+    args, passed = parser.parse_known_args()
+    extra = ["--rounds", str(args.rounds), *passed]
     runs: dict[str, list[dict]] = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         old_tree = Path(tmp) / "old"

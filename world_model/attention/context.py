@@ -11,7 +11,7 @@ bank with batch size 1 is shared by (broadcast to) every query of a batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -164,6 +164,13 @@ class ContextBank:
             torch.cat([b.levels for b in parts], dim=1),
             torch.cat([b.valid_mask() for b in parts], dim=1) if any_mask else None,
         )
+
+    def within(self, keep: Tensor) -> ContextBank:
+        """This bank broadcast to keep's batch B (a view), row b holding only the entries
+        keep[b] marks ([B, N] bool): a routed provider's top-K as a mask over its whole pool, in
+        the pool's entry order (PreparedContext.within)."""
+        bank = self.expand(keep.shape[0])
+        return replace(bank, mask=keep if bank.mask is None else keep & bank.mask)
 
     def take(self, index: Tensor, valid: Tensor) -> ContextBank:
         """The entries index [B, K] of each sample's bank, valid [B, K] where selected (a

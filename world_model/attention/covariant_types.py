@@ -16,7 +16,7 @@ A leaf module: it imports nothing from the head (world_model/attention/covariant
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from geometry.doublet import pair_mixture, pair_products
 
-from .context import MACRO_LEVEL, ContextBank, take_entries
+from .context import MACRO_LEVEL, ContextBank
 
 if TYPE_CHECKING:  # annotations only
     from geometry.lie_algebra import GaugeGroup
@@ -344,26 +344,16 @@ class PreparedContext:
             _parts=tuple(parts),
         )
 
-    def take(self, index: Tensor, valid: Tensor) -> PreparedContext:
-        """The entries index [B, K] of each sample's bank (valid [B, K] where selected), with
-        the fields and Wilson lines they were prepared with: a routed provider prepares its
-        whole pool once and each rollout reads its top-K. Not for a joined or KRR bank."""
+    def within(self, keep: Tensor) -> PreparedContext:
+        """The same prepared entries, batch row b reading only those keep[b] marks ([B, N]
+        bool): a routed provider prepares its whole pool once and each rollout reads its top-K
+        through the mask, so the pool's keys and values stay one shared matrix (one matrix
+        product for all queries, as a fixed table's) instead of a gathered copy per row. Not for
+        a joined or KRR bank (the KRR kernel's ridge system is over the selected entries)."""
         if self._parts or self.ridge_inverse is not None:
-            raise ValueError("PreparedContext.take: prepare a joined or KRR bank after selecting")
-        levels = take_entries(self.levels, index)
-        mask = valid if self.mask is None else valid & take_entries(self.mask, index)
-        charged_index = charged_entry_columns(levels)
-        return PreparedContext(
-            positions=take_entries(self.positions, index),
-            levels=levels,
-            mask=mask,
-            _key_fields=take_entries(self.key_fields, index),
-            _keys=take_entries(self.keys, index),
-            _values=take_entries(self.values, index),
-            _lines=take_entries(self.lines, index),
-            charged=bool(charged_index.numel()),
-            charged_index=charged_index,
-        )
+            raise ValueError("PreparedContext.within: prepare a joined or KRR bank after selecting")
+        mask = keep if self.mask is None else keep & self.mask
+        return replace(self, mask=mask)
 
     def products(self, q: Tensor, values: bool = False) -> Tensor:
         """<q_bi, key_bj> (or value_bj) for every entry j: q [B, Q, d_k] -> [B, Q, N]."""

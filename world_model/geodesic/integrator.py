@@ -120,13 +120,13 @@ class GeodesicCrossAttention(nn.Module):
         root_z: Tensor | None = None,
     ) -> GeodesicContext:
         """The banks for one rollout: the prototypes' force and correction banks ([1, M], shared by
-        every rollout; a routed pool's top-K at each root `root_z` [B, d] instead, [B, K], from the
-        whole pool prepared once) and, given a `window` provider and the history positions /
-        momenta `history_z`, `history_p` [B, W, d] (oldest first) with `history_mask` [B, W], the
-        window's texture entries per sample. Under the krr kernel all are joined into one bank
-        (one ridge system for all); otherwise the prototypes are prepared once and the window
-        per sample. The drift head's bank is prepared only when the drift reads it
-        (drift_correction)."""
+        every rollout; a routed pool's top-K at each root `root_z` [B, d] instead: the whole pool
+        prepared once, each root reading its top-K through a mask [B, pool rows]) and, given a
+        `window` provider and the history positions / momenta `history_z`, `history_p` [B, W, d]
+        (oldest first) with `history_mask` [B, W], the window's texture entries per sample. Under
+        the krr kernel all are joined into one bank (one ridge system for all); otherwise the
+        prototypes are prepared once and the window per sample. The drift head's bank is prepared
+        only when the drift reads it (drift_correction)."""
         cfg = self.config
         force_bank = prototypes.force_bank()  # [1, M]: shared by every rollout
         correction_bank = prototypes.correction_bank()
@@ -152,9 +152,10 @@ class GeodesicCrossAttention(nn.Module):
         force = self.kick_head.prepare(force_bank, lines=lines)
         correction = self.drift_head.prepare(correction_bank, lines=lines) if corrects else None
         if selection is not None:  # the whole pool prepared once; each root reads its top-K
-            force, force_bank = force.take(*selection), force_bank.take(*selection)
-            correction_bank = correction_bank.take(*selection)
-            correction = None if correction is None else correction.take(*selection)
+            keep = selection.mask(force_bank.size)  # [B, pool rows]: a mask, not a gather
+            force, force_bank = force.within(keep), force_bank.within(keep)
+            correction_bank = correction_bank.within(keep)
+            correction = None if correction is None else correction.within(keep)
         if banks is not None:  # prototypes prepared once, the window per sample
             w_lines = self.lines(history_z)  # [B, W, r, r]
             force = PreparedContext.cat([force, self.kick_head.prepare(banks[0], lines=w_lines)])

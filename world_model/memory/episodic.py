@@ -92,9 +92,6 @@ class MemoryBank(NamedTuple):
     values: Tensor
     mask: Tensor
 
-    def expand(self, n: int) -> MemoryBank:
-        return MemoryBank(*(t.expand(n, *t.shape[1:]) for t in self))
-
     @property
     def entries(self) -> Tensor:
         """Entries held per sample [B]."""
@@ -143,14 +140,15 @@ class EpisodicMemory(nn.Module):
         self.gate = nn.Parameter(torch.zeros(()))  # 0: the memory-free model at the start
 
     def forward(self, z: Tensor, bank: MemoryBank) -> Tensor:
-        """F_mem(z) [B, d] at z [B, d] (bank of batch B or 1); 0 for a sample without entries."""
+        """F_mem(z) [B, d] at z [B, d] (bank of batch B or 1); 0 for a sample without entries.
+        A bank of batch 1 (a plan's root, shared by its rows) is read as one operator call with
+        the B rows as its queries: one matrix product against the keys, not B of one row each."""
         keys, values, mask = bank
-        if keys.shape[0] != z.shape[0]:
-            keys, values, mask = bank.expand(z.shape[0])
-        held = mask.any(-1, keepdim=True)  # [B, 1]
+        held = mask.any(-1, keepdim=True)  # [B or 1, 1]
         # a sample without entries reads its first (masked) slot instead of 0 / 0, then 0
         mask = mask | (~held & (torch.arange(mask.shape[-1], device=mask.device) == 0))
-        out, _ = self.operator(
-            z.unsqueeze(-2), keys, values, mask.unsqueeze(-2), need_weights=False
-        )  # [B, 1, d]
-        return self.gate * torch.where(held, out.squeeze(-2), 0.0)
+        shared = keys.shape[0] == 1
+        queries = z.unsqueeze(0) if shared else z.unsqueeze(-2)  # [1, B, d] or [B, 1, d]
+        out, _ = self.operator(queries, keys, values, mask.unsqueeze(-2), need_weights=False)
+        out = out.squeeze(0) if shared else out.squeeze(-2)  # [B, d]
+        return self.gate * torch.where(held, out, 0.0)

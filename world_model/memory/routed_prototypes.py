@@ -109,6 +109,13 @@ class Selection(NamedTuple):
     index: Tensor
     valid: Tensor
 
+    def mask(self, rows: int) -> Tensor:
+        """[B, rows] bool: True at each root's valid selected rows of a pool of `rows`."""
+        b = self.index.shape[0]
+        keep = torch.zeros(b, rows + 1, dtype=torch.bool, device=self.index.device)
+        # an invalid slot writes into the spare last column (its index may repeat a valid one)
+        return keep.scatter_(1, torch.where(self.valid, self.index, rows), True)[:, :rows]
+
 
 class RoutedPrototypePool(nn.Module):
     """Prototypes in the d-ball, grown by DMG and routed by GSR (module docstring)."""

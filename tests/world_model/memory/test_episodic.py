@@ -111,10 +111,29 @@ def test_dense_read_out_is_the_inverse_distance_average_of_the_residuals():
         w = 1.0 / (ball.dist(z[b : b + 1], keys[b]).square() + 1e-3) * mask[b]
         expected = 0.7 * (w[:, None] * values[b]).sum(0) / w.sum()
         torch.testing.assert_close(out[b], expected, rtol=1e-6, atol=1e-9)  # eps moves it ~1e-3
-    # a plan's root bank (batch 1) is shared by every sample
-    shared = memory(z, MemoryBank(keys[:1], values[:1], mask[:1]))
-    first = MemoryBank(keys[:1], values[:1], mask[:1])
-    torch.testing.assert_close(shared[1], memory(z[1:], first)[0])
+
+
+@pytest.mark.parametrize("operator", ["dense", "fp", "l", "c"])
+@pytest.mark.parametrize("held", [True, False])
+def test_a_shared_bank_read_by_all_rows_at_once_equals_each_row_reading_its_copy(operator, held):
+    """A plan's root bank (batch 1) is read as one call with the rows as its queries; each row's
+    output is the one it gets from its own (expanded) copy of the bank, read row by row."""
+    torch.manual_seed(3)
+    ball = geoopt.PoincareBall()
+    memory = EpisodicMemory(operator, dim=4).double()
+    with torch.no_grad():
+        memory.gate.fill_(0.9)
+    z = ball.expmap0(0.5 * torch.randn(7, 4, dtype=torch.float64))
+    keys = ball.expmap0(0.6 * torch.randn(1, 9, 4, dtype=torch.float64))
+    values = torch.randn(1, 9, 4, dtype=torch.float64)
+    mask = torch.ones(1, 9, dtype=torch.bool)
+    mask[0, :3] = False
+    if not held:
+        mask[:] = False
+    shared = memory(z, MemoryBank(keys, values, mask))
+    copies = MemoryBank(*(t.expand(7, *t.shape[1:]) for t in (keys, values, mask)))
+    torch.testing.assert_close(shared, memory(z, copies), rtol=1e-10, atol=1e-12)
+    assert bool(shared.abs().sum() > 0) == held
 
 
 def _identity_dynamics(memory: str = "dense") -> GeodesicDynamics:

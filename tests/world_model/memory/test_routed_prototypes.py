@@ -1,11 +1,13 @@
 """world_model/memory/routed_prototypes.py and its plumbing: GSR selects the K prototypes nearest
-on the sphere (against a brute-force geodesic sort), the selected prepared entries equal the
-selected bank prepared afresh, a routed pool that selects every prototype is the fixed table
-(same heads, same output), DMG spawns at the surprising sample with its neighbour's features
-and clears the optimiser's moments of that row, idle prototypes are pruned, and the numbers stay
-finite at the ball's boundary."""
+on the sphere (against a brute-force geodesic sort), the routed mask over the prepared pool
+reads what the selected bank prepared afresh reads, a routed pool that selects every prototype
+is the fixed table (same heads, same output), DMG spawns at the surprising sample with its
+neighbour's features and clears the optimiser's moments of that row, idle prototypes are pruned,
+and the numbers stay finite at the ball's boundary."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import geoopt
 import pytest
@@ -52,18 +54,31 @@ def test_fewer_active_prototypes_than_k_leave_the_rest_invalid():
     assert set(index[valid].tolist()) <= {0, 1, 2}
 
 
-def test_the_selected_prepared_entries_equal_the_selected_bank_prepared_afresh():
+def test_the_routed_mask_over_the_prepared_pool_is_the_selected_bank_prepared_afresh():
+    """Each root reads its top-K through a mask over the pool prepared once; two steps under
+    that context equal two steps under the selected entries gathered and prepared afresh."""
     dyn = _dynamics("gsr", prototypes=12, pool_capacity=16, route_k=5)
-    pool, head = dyn.prototypes, dyn.integrator.kick_head
-    z = dyn.encode(torch.randn(4, 6, dtype=torch.float64)).z
-    selection = pool.route(z)
-    bank = pool.force_bank()
-    lines = dyn.integrator.lines(bank.positions)
-    taken = head.prepare(bank, lines=lines).take(*selection)
-    afresh = head.prepare(bank.take(*selection))
-    for name in ("positions", "keys", "values", "lines", "key_fields"):
-        torch.testing.assert_close(getattr(taken, name), getattr(afresh, name))
-    assert torch.equal(taken.mask, selection.valid)
+    with torch.no_grad():
+        dyn.prototypes.pool.active[[3, 8]] = False  # pruned rows: never read
+    integ = dyn.integrator
+    obs, action = torch.randn(4, 6, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64)
+    state = dyn.encode(obs)
+    context = dyn.context(state)
+    assert context.force.mask.shape == (4, 16) and context.force.batch_size == 1
+    selection = dyn.prototypes.route(state.z)
+    assert torch.equal(context.force.mask.sum(-1), selection.valid.sum(-1))
+    pool = dyn.prototypes
+    afresh = replace(
+        context,
+        force=integ.kick_head.prepare(pool.force_bank().take(*selection)),
+        correction=integ.drift_head.prepare(pool.correction_bank().take(*selection)),
+    )
+    outs = []
+    for ctx in (context, afresh):
+        after = dyn.next(dyn.next(state, action, ctx), action)
+        outs.append((after.z, after.p))
+    for a, b in zip(*outs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_a_pool_that_routes_to_every_prototype_is_the_fixed_table():
