@@ -5,8 +5,10 @@ cache, so a second run on the same machine loads its graphs instead of generatin
 On one CPU thread an eager step is ~600 small tensor ops whose cost is dispatch, not arithmetic;
 inductor fuses them into a few generated C++ loops around the matrix products. Kinds (each its
 own graph, compiled at its first call): a plan's steps and its rows' root terms
-(`position_terms`) at the plan's batch, and the same under autograd at the training batch (a
-forward graph and, at the first backward, its backward graph). What makes the graphs whole:
+(`position_terms`) at the plan's batch, the episodic memory's kicks at its distinct
+transitions (`position_terms` at a padded row count, pad_rows: 64 in a plan, the next of a few
+sizes in an update), and the steps under autograd at the training batch (a forward graph and, at
+the first backward, its backward graph). What makes the graphs whole:
 
 - the constant tables the geometry reads (geometry/tables.py) are dict reads, not rebuilt;
 - the chiral projector (complex arithmetic, which inductor does not generate code for) and the
@@ -39,7 +41,7 @@ from torch import Tensor
 from .context import GeodesicContext
 from .integrator import GeodesicCrossAttention, PositionTerms
 
-__all__ = ["CompiledSteps"]
+__all__ = ["CompiledSteps", "pad_rows"]
 
 _logger = logging.getLogger(__name__)
 
@@ -48,6 +50,18 @@ RECOMPILE_LIMIT = 16
 
 INDUCTOR_OPTIONS = {"inplace_buffers": False, "cpp.enable_loop_tail_vec": False}
 """inductor passes that miscompiled the training step (module docstring)"""
+
+
+PADDED_ROWS = (64, 256, 1024, 4096, 16384)
+"""row counts a batch of varying size is padded to (pad_rows) so that it meets a few graphs:
+the memory's distinct transitions, 0-64 in a plan, up to batch x capacity in an update"""
+
+
+def pad_rows(z: Tensor, sizes: tuple[int, ...] = PADDED_ROWS) -> Tensor:
+    """z [U, d] with origin rows appended up to the first of `sizes` >= U (as is beyond the
+    last). Rows of position_terms are independent, so the first U rows of the result are U's."""
+    rows = next((n for n in sizes if n >= z.shape[0]), z.shape[0])
+    return torch.cat([z, z.new_zeros(rows - z.shape[0], *z.shape[1:])]) if rows > len(z) else z
 
 
 class CompiledSteps:

@@ -23,7 +23,7 @@ from world_model.memory.window import TrajectoryWindow, state_features
 from world_model.model import Dynamics, LatentState, carried
 
 from . import reports
-from .compiled import CompiledSteps
+from .compiled import CompiledSteps, pad_rows
 from .config import TEXTURE, GeodesicConfig
 from .context import GeodesicContext
 from .integrator import GeodesicCrossAttention, PositionTerms
@@ -224,10 +224,17 @@ class GeodesicDynamics(Dynamics):
         if memory.obs.shape[0] == 0:
             return None
         state, after = self.encode(memory.obs), self.encode(memory.next_obs)
-        integ = self.integrator
-        bare = integ.build_context(self.prototypes, None, root_z=state.z)  # kick without it
-        terms = integ.position_terms(state.z, bare)
-        kick = terms.force + integ.control_force(state.z, memory.action, terms.gain)
+        integ, u = self.integrator, memory.obs.shape[0]
+        # compiled: a few row counts, each its own graph (pad_rows)
+        z = state.z if self.compiled is None else pad_rows(state.z)
+        bare = integ.build_context(self.prototypes, None, root_z=z)  # kick without it
+        terms = (
+            integ.position_terms(z, bare)
+            if self.compiled is None
+            else self.compiled.root_terms(z, bare)
+        )
+        gain = None if terms.gain is None else terms.gain[:u]
+        kick = terms.force[:u] + integ.control_force(state.z, memory.action, gain)
         residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]
         index = memory.index.transpose(0, 1)  # [B, C]
         return MemoryBank(state.z[index], residual[index], memory.mask.transpose(0, 1))
