@@ -61,7 +61,7 @@ def pad_rows(z: Tensor, sizes: tuple[int, ...] = PADDED_ROWS) -> Tensor:
     """z [U, d] with origin rows appended up to the first of `sizes` >= U (as is beyond the
     last). Rows of position_terms are independent, so the first U rows of the result are U's."""
     rows = next((n for n in sizes if n >= z.shape[0]), z.shape[0])
-    return torch.cat([z, z.new_zeros(rows - z.shape[0], *z.shape[1:])]) if rows > len(z) else z
+    return torch.cat([z, z.new_zeros(rows - z.shape[0], *z.shape[1:])]) if rows > z.shape[0] else z
 
 
 class CompiledSteps:

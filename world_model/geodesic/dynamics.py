@@ -207,12 +207,15 @@ class GeodesicDynamics(Dynamics):
     def root(self, state: GeodesicState, context: GeodesicContext) -> GeodesicState:
         """`state` carrying its position terms under `context` (the first step's opening kick):
         a planner computes its rows' first kick once per plan instead of once per iteration."""
-        terms = (
-            self.integrator.position_terms(state.z, context)
-            if self.compiled is None
-            else self.compiled.root_terms(state.z, context)
+        return GeodesicState(
+            state.z, state.p, carry=StepCarry(context, self._position_terms(state.z, context))
         )
-        return GeodesicState(state.z, state.p, carry=StepCarry(context, terms))
+
+    def _position_terms(self, z: Tensor, context: GeodesicContext) -> PositionTerms:
+        """integrator.position_terms(z, context), compiled when the steps are."""
+        if self.compiled is None:
+            return self.integrator.position_terms(z, context)
+        return self.compiled.root_terms(z, context)
 
     @torch.no_grad()
     def memory_bank(self, memory: MemoryInputs) -> MemoryBank | None:
@@ -228,11 +231,7 @@ class GeodesicDynamics(Dynamics):
         # compiled: a few row counts, each its own graph (pad_rows)
         z = state.z if self.compiled is None else pad_rows(state.z)
         bare = integ.build_context(self.prototypes, None, root_z=z)  # kick without it
-        terms = (
-            integ.position_terms(z, bare)
-            if self.compiled is None
-            else self.compiled.root_terms(z, bare)
-        )
+        terms = self._position_terms(z, bare)
         gain = None if terms.gain is None else terms.gain[:u]
         kick = terms.force[:u] + integ.control_force(state.z, memory.action, gain)
         residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]
