@@ -2,21 +2,21 @@
 
 PoincareDiskRandom-v0 (envs/poincare_disk_random.py) redraws its four wells at every reset, so an
 episode's forces can be known only from what that episode has shown. Geodesic world models
-(world_model_disk.py's: identity encoder, so the latent is the observed (z, p), the exact
-geodesic drift, learned wells) are trained identically on the same noisy episodes, each with its
-own landscape: with the fixed prototype table ("none"), with the DMG-grown, GSR-routed pool
-("routed", world_model/memory/routed_prototypes.py), and with the episodic memory (dense, fp,
-l, c: the kick reads the episode's empirical residual forces by inverse distance,
-world_model/memory/episodic.py). Beside them: a warm GRU ("gru", warm_gru.py) whose filter has
-read the same 100 transitions; as a floor, predicting no motion; as the ceiling, the models'
-integrator (one BAOAB step per env step) given the episode's true potential, friction and
-control force (the env itself takes 10 sub-steps per step). Scored, on held-out episodes with
-their own landscapes: the noise-free 50-step open-loop error from the state after 100 steps of
-the episode, the memory holding those 100 noisy transitions (what an agent would have seen).
-Normalised RMS over the 4 observation coordinates, mean over steps 1..50 and at step 50, per seed
-and mean ± standard error over seeds. Also, for each geodesic model, the energy drift of its
-frictionless, action-free, noise-free rollout over 200 steps (max |H_t - H_0| / mean |H_0|,
-GeodesicCrossAttention.hamiltonian): the memory's force is not a gradient.
+(world_model_disk.py's: identity encoder, so the latent is the observed (z, p), the exact geodesic
+drift, learned wells) are trained identically on the same noisy episodes, each with its own
+landscape: with the fixed prototype table ("none"), with the DMG-grown, GSR-routed pool ("routed",
+world_model/memory/routed_prototypes.py), with the episodic memory ("dense": the episode's empirical
+residual forces as a potential, world_model/memory/episodic.py) and with both ("routed-dense", the
+agent's default). Beside them: a warm GRU ("gru", warm_gru.py) whose filter has read the same 100
+transitions; as a floor, predicting no motion; as the ceiling, the models' integrator (one BAOAB
+step per env step) given the episode's true potential, friction and control force (the env itself
+takes 10 sub-steps per step). Scored, on held-out episodes with their own landscapes: the noise-free
+50-step open-loop error from the state after 100 steps of the episode, the memory holding those 100
+noisy transitions (what an agent would have seen). Normalised RMS over the 4 observation
+coordinates, mean over steps 1..50 and at step 50, per seed and mean ± standard error over seeds.
+Also, for each geodesic model, the energy drift of its frictionless, action-free, noise-free rollout
+over 200 and 1000 steps (max |H_t - H_0| / mean |H_0|, GeodesicCrossAttention.hamiltonian, the
+memory's potential included).
 
 `--env fixed` runs the same on PoincareDisk-v0's one landscape (every episode the same wells).
 
@@ -58,8 +58,8 @@ from world_model.model import EpisodeInputs, WorldModel, WorldModelConfig
 
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored
-DRIFT = 200  # steps of the energy-drift rollout
-GEODESIC = ("none", "routed", "dense", "fp", "l", "c")
+DRIFT = (200, 1000)  # steps of the energy-drift rollout: its drift after each
+GEODESIC = ("none", "routed", "dense", "routed-dense")
 GRU_LRS = (3e-3, 1e-2)
 
 
@@ -82,11 +82,12 @@ def episodes(n: int, seed: int, redraw: bool = True) -> tuple[torch.Tensor, torc
 
 
 def build(name: str, capacity: int = WARM) -> WorldModel:
-    """A geodesic model: `name` in GEODESIC (none: the fixed table; routed: the DMG pool; else
-    the episodic memory's operator over the fixed table)."""
+    """A geodesic model: `name` in GEODESIC (none: the fixed table; routed: the DMG pool; dense:
+    the episodic memory over the fixed table; routed-dense: the memory over the DMG pool, the
+    agent's default)."""
     dt = make_config("default").dt
-    memory = name if name not in ("none", "routed") else "none"
-    routing = "gsr" if name == "routed" else "dense"
+    memory = "dense" if "dense" in name else "none"
+    routing = "gsr" if "routed" in name else "dense"
     dyn = GeodesicDynamics(
         4,
         2,
@@ -181,9 +182,10 @@ def truth(obs, acts, configs, substeps: int | None = None) -> torch.Tensor:
 
 
 @torch.no_grad()
-def energy_drift(model, obs, acts, true) -> float:
-    """max_t |H_t - H_0| / mean_b |H_0| of a frictionless, action-free, noise-free rollout of
-    DRIFT steps from the test states, each reading its episode's memory."""
+def energy_drift(model, obs, acts, true) -> dict[str, float]:
+    """max_t |H_t - H_0| / mean_b |H_0| of a frictionless, action-free, noise-free rollout from
+    the test states, each reading its episode's memory, after each of DRIFT's step counts:
+    {"drift": after 200, "drift_1000": after 1000}."""
     integ = model.dynamics.integrator
     n = obs.shape[0]
     capacity = model.memory_capacity
@@ -198,11 +200,15 @@ def energy_drift(model, obs, acts, true) -> float:
     h0 = integ.hamiltonian(state.z, state.p, ctx)
     worst = torch.zeros_like(h0)
     zero = torch.zeros(n, acts.shape[-1])
-    for _ in range(DRIFT):
+    out = {}
+    for step in range(1, DRIFT[-1] + 1):
         state = model.next(state, zero, ctx, stochastic=False)
         worst = torch.maximum(worst, (integ.hamiltonian(state.z, state.p, ctx) - h0).abs())
+        if step in DRIFT:
+            key = "drift" if step == DRIFT[0] else f"drift_{step}"
+            out[key] = float(worst.max() / h0.abs().mean())
     integ.friction_raw.copy_(saved)
-    return float(worst.max() / h0.abs().mean())
+    return out
 
 
 @torch.no_grad()
@@ -259,7 +265,7 @@ def geodesic_score(name, obs, acts, std, t_obs, t_acts, true, args, seed) -> dic
     model = build(name)
     sec = train(model, obs, acts, std, args.updates, args.batch, args.horizon, seed)
     score = open_loop(model, t_obs, t_acts, true, std)
-    score["drift"] = energy_drift(model, t_obs, t_acts, true)
+    score.update(energy_drift(model, t_obs, t_acts, true))
     gate = model.dynamics.integrator.memory
     score["update_ms"] = 1e3 * sec
     score["gate"] = float(gate.gate.detach()) if gate is not None else float("nan")
@@ -275,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument(
-        "--models", nargs="+", default=["none", "routed", "dense", "gru"],
+        "--models", nargs="+", default=["none", "routed", "dense", "routed-dense", "gru"],
         choices=[*GEODESIC, "gru"],
     )  # fmt: skip
     parser.add_argument("--env", choices=["random", "fixed"], default="random")
@@ -289,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     done = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
     settings = f"{args.env} e{args.episodes} t{args.test_episodes} u{args.updates} "
-    settings += f"b{args.batch} h{args.horizon} w{args.gru_width}"
+    settings += f"b{args.batch} h{args.horizon} w{args.gru_width} potential-memory"
 
     def cached(seed, name, compute, *inputs):
         key = f"{settings} seed {seed} {name}"
@@ -324,10 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{land}, seeds {args.seeds}: noise-free {TEST}-step open-loop error after {WARM} "
         "steps (normalised RMS; mean ± s.e. over seeds); energy drift over "
-        f"{DRIFT} frictionless steps\n"
+        f"{DRIFT[0]} and {DRIFT[1]} frictionless steps (the worst seed)\n"
     )
-    print("| model | mean error 1..50 | error at 50 | per seed (mean) | energy drift | update ms |")
-    print("|---|---:|---:|---|---:|---:|")
+    print(
+        f"| model | mean error 1..50 | error at 50 | per seed (mean) | drift {DRIFT[0]} "
+        f"| drift {DRIFT[1]} | gate | update ms |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
     for name, rows in results.items():
         cells = []
         for key in ("mean", "final"):
@@ -335,11 +344,16 @@ def main(argv: list[str] | None = None) -> int:
             se = statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) > 1 else float("nan")
             cells.append(f"{statistics.mean(vals):.4f} ± {se:.4f}")
         per = ", ".join(f"{r['mean']:.4f}" for r in rows)
-        drift = f"{statistics.mean(r['drift'] for r in rows):.2e}" if "drift" in rows[0] else ""
+        drifts = [
+            f"{max(r[key] for r in rows):.1e}" if key in rows[0] else ""
+            for key in ("drift", f"drift_{DRIFT[1]}")
+        ]
+        gate = f"{statistics.mean(r['gate'] for r in rows):.2f}" if "gate" in rows[0] else ""
         ms = (
             f"{statistics.mean(r['update_ms'] for r in rows):.0f}" if "update_ms" in rows[0] else ""
         )
-        print(f"| {name} | {cells[0]} | {cells[1]} | {per} | {drift} | {ms} |")
+        row = [name, *cells, per, *drifts, gate, ms]
+        print("| " + " | ".join(row) + " |")
     return 0
 
 

@@ -436,18 +436,27 @@ class RunConfig:
 def migrate_config(data: dict[str, Any], version: int) -> dict[str, Any]:
     """A checkpoint's config (`to_dict` form) of format `version` in today's layout. Version 1
     had a flat [dynamics] table: the dynamics' config class migrates it if it has a
-    `migrate_v1(table) -> table` (a ValueError there, one line, becomes a ConfigError)."""
-    if version >= 2 or not isinstance(data, dict):
+    `migrate_v1(table) -> table`; then, for every version, its `migrate_removed(table) -> table`
+    drops or refuses options removed since (a ValueError there, one line, becomes a
+    ConfigError)."""
+    if not isinstance(data, dict):
         return data
     train = data.get("train", {})
     name = train.get("world_model", TrainConfig.world_model) if isinstance(train, dict) else None
     try:
-        migrate = getattr(get_dynamics(name).config_cls, "migrate_v1", None)
+        config_cls = get_dynamics(name).config_cls
     except ValueError:
         return data  # an unknown world model: from_dict says so
-    if migrate is None or not isinstance(data.get("dynamics"), dict):
+    if not isinstance(data.get("dynamics"), dict):
         return data
+    steps = [getattr(config_cls, "migrate_v1", None)] if version < 2 else []
+    steps.append(getattr(config_cls, "migrate_removed", None))  # options removed since
+    table = data["dynamics"]
     try:
-        return {**data, "dynamics": migrate(data["dynamics"])}
+        for migrate in filter(None, steps):
+            table = migrate(table)
     except ValueError as err:
-        raise ConfigError(f"[dynamics] of format version 1: {str(err).splitlines()[0]}") from None
+        raise ConfigError(
+            f"[dynamics] of format version {version}: {str(err).splitlines()[0]}"
+        ) from None
+    return {**data, "dynamics": table}

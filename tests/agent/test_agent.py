@@ -213,7 +213,7 @@ def test_stop_and_resume_with_an_episodic_memory_equals_an_uninterrupted_run(tmp
     prototype pool: stopped at an episode end, checkpointed and resumed, it continues bit for
     bit, into the next episode's memory, with the pool's spawns, prunes and DMG window."""
     config = tiny(train={"steps": 120, "checkpoint_every": 1000, "world_model": "geodesic"})
-    context = {"memory": "fp", "routing": "gsr", "prototypes": 8, "pool_capacity": 12}
+    context = {"memory": "dense", "routing": "gsr", "prototypes": 8, "pool_capacity": 12}
     context.update(route_k=4, spawn_window=32, spawn_sigmas=0.5, prune_idle=10)
     config["dynamics"] = {"latent_dim": 4, "encoder_dim": 16, "context": context}
 

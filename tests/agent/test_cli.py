@@ -327,9 +327,7 @@ def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
     assert "unknown key 'integrator' in [dynamics]" in bad.stderr
 
 
-@pytest.mark.parametrize(
-    ("operator", "routing"), [("dense", "dense"), ("fp", "gsr"), ("l", "dense"), ("c", "gsr")]
-)
+@pytest.mark.parametrize(("operator", "routing"), [("dense", "dense"), ("dense", "gsr")])
 def test_a_short_run_per_memory_operator_logs_the_memory(tmp_path, operator, routing, capsys):
     """`--world-model geodesic --memory OP --memory-capacity C [--routing gsr --pool-size P
     --route-k K]`: the run trains with the memory (its config saved, its gate learned) and logs

@@ -333,6 +333,17 @@ def _wells(i: Leaves):
     return i.c[:m], depths, widths
 
 
+def _patches(i: Leaves):
+    """The memory's potential at x over entries (y, c, x) per sample, one of them the query
+    itself, with the tangent draws as their forces and a learned-looking tension."""
+    keys = torch.stack([i.y, i.c, i.x], dim=1)  # [B, 3, D]
+    slopes = torch.stack([i.v, i.w, i.v - i.w], dim=1)  # [B, 3, D]
+    tension = torch.tensor(0.3).requires_grad_(True)
+    i.params.append(tension)
+    mask = torch.ones(keys.shape[:2], dtype=torch.bool)
+    return potentials.inverse_distance_patches(i.x, keys, slopes, mask, 1e-3, tension=tension)
+
+
 def _reach_contract(i: Leaves, outs: tuple[Tensor, ...]) -> Tensor:
     """proxy_geodesic_reach: a finite reach >= 0, or +inf (the ray leaves the ball first)."""
     r = outs[0].detach()
@@ -711,6 +722,7 @@ def _cases() -> list[Case]:
         c("potentials.confining_potential", lambda i: potentials.confining_potential(i.x)),
         c("potentials.confining_force", lambda i: potentials.confining_force(i.x)),
         c("potentials.gaussian_wells", lambda i: potentials.gaussian_wells(i.x, *_wells(i))),
+        c("potentials.inverse_distance_patches", _patches),
     ]
     langevin_rows = [
         c("langevin.ou_step", _ou, "langevin.ou_coefficients", "langevin.ou_step"),

@@ -781,13 +781,12 @@ def test_every_option_table_lists_exactly_its_literal_choices():
     a value outside them is refused with the choices named."""
     from world_model.attention.covariant_kernels import ATTENTION_KERNELS
     from world_model.geodesic import dynamics as geodesic_dynamics
-    from world_model.memory import episodic
     from world_model.options import choices
 
     assert tuple(geodesic_dynamics._ENCODERS) == choices(GeodesicConfig, "encoder")
     assert tuple(geodesic_dynamics._ENCODED) == choices(GeodesicConfig, "encoder")
     assert tuple(geodesic_dynamics._POOLS) == choices(ContextConfig, "routing")
-    assert ("none", *episodic._OPERATORS) == choices(ContextConfig, "memory")
+    assert choices(ContextConfig, "memory") == ("none", "dense")
     assert tuple(ATTENTION_KERNELS) == choices(GeodesicHeadOptions, "kernel")
     with pytest.raises(ValueError, match=r"routing must be one of \('dense', 'gsr'\), got 'top'"):
         ContextConfig(routing="top")

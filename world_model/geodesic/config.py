@@ -144,19 +144,17 @@ class ContextConfig:
     (seed 003 Def 285); False: no projector, no chiral gate, kappa never trained (the chirality
     switch, `agent.train --chirality on|off`)"""
     memory: MemoryOperator = "none"
-    """HIDA episodic memory (world_model/memory/episodic.py): the kick reads this episode's
-    empirical residual forces with the operator 'dense', 'fp', 'l' or 'c' (seed 000 M1-M4;
-    'dense' measured best: docs/measurements.md); 'none': no memory"""
+    """HIDA episodic memory (world_model/memory/episodic.py): 'dense' adds to the kick's potential
+    this episode's empirical residual forces as linear patches blended by Dense-HIDA's
+    inverse-distance weights (seed 000 M1); 'none': no memory"""
     memory_capacity: int = 64
     """entries per memory: the last transitions of the episode before a rollout's root"""
-    memory_anchors: int = 16
-    """anchors of the 'l' operator, summaries of the 'c' operator"""
     memory_eps: float = 1e-3
     """the inverse-distance kernel's eps: W ∝ (d_H^2 + eps)^-1"""
 
     def __post_init__(self) -> None:
         where = "GeodesicConfig.context"
-        positive = ("prototypes", "feature_dim", "memory_capacity", "memory_anchors")
+        positive = ("prototypes", "feature_dim", "memory_capacity")
         routed = ("pool_capacity", "route_k", "prune_idle", "spawn_window")
         _at_least(where, self, positive + routed, 1)
         check_choices(self, where)
@@ -219,6 +217,23 @@ class GeodesicConfig(DynamicsConfig):
                 f"GeodesicConfig.head.string_tension needs one sigma per level (macro, texture), "
                 f"got {len(self.head.string_tension)}"
             )
+
+    @staticmethod
+    def migrate_removed(table: dict[str, Any]) -> dict[str, Any]:
+        """A saved `[dynamics]` table without the options removed since it was written (called
+        by agent.core.config.migrate_config for every checkpoint): `context.memory_anchors` is
+        dropped (it set the removed 'l' / 'c' memories only) and a memory 'fp', 'l' or 'c' is
+        refused (one line: ValueError)."""
+        context = table.get("context")
+        if not isinstance(context, dict):
+            return table
+        if context.get("memory") in ("fp", "l", "c"):
+            raise ValueError(
+                f"context.memory = {context['memory']!r} was removed: the episodic memory is "
+                "Dense-HIDA's potential ('dense'; docs/measurements.md)"
+            )
+        context = {k: v for k, v in context.items() if k != "memory_anchors"}
+        return {**table, "context": context}
 
     @staticmethod
     def migrate_v1(table: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ geometry.langevin.baoab, with the substeps below passed in).
 
 - Kick (Prop 101): the kick head's force (-grad Phi of its scalar read-out, or a force field),
   the known confining force and optional Gaussian wells (geometry.potentials), the episodic
-  memory's residual force when there is one (world_model/memory/episodic.py), and the control
+  memory's potential when there is one (world_model/memory/episodic.py), and the control
   force. The position-only part is PositionTerms, carried from a step's closing kick to the next
   step's opening kick.
 - Drift (Prop 102): the exact geodesic flow with the drift head's velocity correction.
@@ -84,10 +84,8 @@ class GeodesicCrossAttention(nn.Module):
             self.well_widths_raw = nn.Parameter(torch.full((k,), math.log(step.well_width)))
         self.friction_raw = nn.Parameter(torch.tensor(float(step.friction)))
         banks = cfg.context
-        self.memory = (  # the episodic memory's read-out: one more kick force
-            EpisodicMemory(banks.memory, d, banks.memory_eps, banks.memory_anchors)
-            if banks.memory != "none"
-            else None
+        self.memory = (  # the episodic memory's potential: one more term of the kick's Phi
+            EpisodicMemory(banks.memory_eps) if banks.memory != "none" else None
         )
         self.thermostat_head = (
             CovariantAttention(cfg.head_config(query_features=2 * d, query_level=MACRO))
@@ -220,10 +218,10 @@ class GeodesicCrossAttention(nn.Module):
 
     def hamiltonian(self, z: Tensor, p: Tensor, context: GeodesicContext) -> Tensor:
         """H(z, p) = |p|^2 / (2 lambda(z)^2) + Phi(z): [B], Phi the potential whose negative
-        gradient is kick_force without the memory (kick.potential; force 'potential' only).
-        Without friction, action and noise the B-A-B steps conserve H up to O(dt^2) (the drift
-        is the exact geodesic flow, the kicks gradients); the episodic memory's force is no
-        gradient, so with it H drifts (benchmarks/memory_disk.py measures by how much)."""
+        gradient is kick_force (kick.potential: the head, confinement, wells and the episodic
+        memory's patches; force 'potential' only). Without friction, action and noise the B-A-B
+        steps conserve H up to O(dt^2) (the drift is the exact geodesic flow, the kicks
+        gradients; benchmarks/memory_disk.py measures the drift)."""
         if self.config.integrator.force != "potential":
             raise ValueError(
                 "hamiltonian: the kick is a potential's gradient only with force 'potential'"

@@ -1,10 +1,10 @@
 """The kick of one BAOAB step in one place (seed 003 Prop 101; docs/seed_map.md, "Def 287 step
-1/5"): the potential Phi(z) = Phi_head(z) + kappa Phi_conf(z) + Phi_wells(z) (`potential`) and
-its force -grad Phi beside it (`force`: through the kick head's closed-form gradient,
-world_model.attention.covariant_gradient.scalar_output_gradient, chained through log_0, or by
-autograd), plus the episodic memory's force; and the query builders of the model's heads
-(`kick_queries`, `drift_queries`, `thermostat_queries`), the one definition that the integrator,
-the node reports (reports.py) and the figures read the heads through.
+1/5"): the potential Phi(z) = Phi_head(z) + kappa Phi_conf(z) + Phi_wells(z) + Phi_mem(z)
+(`potential`) and its force -grad Phi beside it (`force`: through the kick head's closed-form
+gradient, world_model.attention.covariant_gradient.scalar_output_gradient, chained through log_0, or
+by autograd), the episodic memory's potential among them; and the query builders of the model's
+heads (`kick_queries`, `drift_queries`, `thermostat_queries`), the one definition that the
+integrator, the node reports (reports.py) and the figures read the heads through.
 
 The kick head's scalar read-out Phi_head is the same function in both: `potential` runs the
 head's forward, `force` its closed-form gradient (or autograd of that forward).
@@ -22,7 +22,7 @@ from world_model.attention.covariant import CovariantAttention, CovariantQueries
 from world_model.memory.episodic import EpisodicMemory
 from world_model.memory.window import position_features, state_features
 
-from .config import GeodesicConfig
+from .config import TEXTURE, GeodesicConfig
 from .context import GeodesicContext
 
 __all__ = [
@@ -106,15 +106,24 @@ def _head_potential(parts: KickParts, z: Tensor, context: GeodesicContext, lines
 
 
 def potential(parts: KickParts, z: Tensor, context: GeodesicContext) -> Tensor:
-    """Phi(z) [B] whose negative gradient is `force` without the memory: the kick head's scalar
-    read-out, the confinement and the wells (force 'potential' only)."""
+    """Phi(z) [B] whose negative gradient is `force`: the kick head's scalar read-out, the
+    confinement, the wells and the episodic memory's patches (force 'potential' only)."""
     if parts.config.integrator.force != "potential":
         raise ValueError("the kick is a potential's gradient only with force 'potential'")
     phi = _head_potential(parts, z, context, parts.lines(z)).squeeze(-1)  # [B]
     phi = phi + parts.confinement * potentials.confining_potential(z)
     if parts.config.integrator.potential_wells > 0:
         phi = phi + parts.wells(z)[0]
+    if parts.memory is not None and context.memory is not None:
+        phi = phi + parts.memory(z, context.memory, memory_tension(parts))[0]
     return phi
+
+
+def memory_tension(parts: KickParts) -> Tensor | float:
+    """The area law's sigma for the memory's entries: the kick head's texture-level string
+    tension (the entries are this episode's states, as the window's), 0 without screening."""
+    head = parts.kick_head
+    return head.string_tension()[TEXTURE] if head.screening_coupling is not None else 0.0
 
 
 def force(
@@ -134,7 +143,8 @@ def force(
     (under no_grad, e.g. planning, nothing is kept). force = 'field': F_attn = lambda(z) * head
     output (an orthonormal-frame force vector). `features`: the query features (z, log_0 z) when
     already computed, `jacobian`: poincare.logmap0_jacobian(z) when already computed. The
-    episodic memory's force is no gradient (world_model/memory/episodic.py)."""
+    episodic memory's force is its potential's gradient, in closed form
+    (world_model/memory/episodic.py)."""
     cfg = parts.config
     head = parts.kick_head
     if cfg.integrator.force == "field":
@@ -161,5 +171,5 @@ def force(
     if cfg.integrator.potential_wells > 0:
         f = f + parts.wells(z)[1]
     if parts.memory is not None and context.memory is not None:
-        f = f + parts.memory(z, context.memory)  # non-conservative (episodic.py)
+        f = f + parts.memory(z, context.memory, memory_tension(parts))[1]
     return f, lines

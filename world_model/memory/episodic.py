@@ -14,37 +14,38 @@ memory holds the raw transitions and recomputes both at every read (`MemoryInput
 distinct transitions of a batch once, each sample's entries an index into them), under no_grad:
 they are data for the read-out, not a path for gradients.
 
-The kick at z reads F_mem(z) = g * sum_i W_i(z) f_hat_i with a HIDA operator's weights
-W_i ∝ (d_H(z, z_i)^2 + eps)^-1 over the entries (dense | fp | l | c: seed 000 M1-M4,
-world_model/attention/hida.py) and a learned gate g (0 at the start: the memory-free model). The
-inverse-distance average over neighbours is what averages the thermostat noise out of one-step
-residuals. F_mem is not the gradient of any potential: with it the kick is non-conservative
-(docs/measurements.md measures the energy drift it causes).
+The memory is a **potential** (docs/seed_map.md, "Def 287 step 1/5"): each entry is a linear
+patch phi_i(z) = -<f_hat_i, z - z_i> (its force is the observed residual f_hat_i), and the kick's
+potential gains
+
+    Phi_mem(z) = g * sum_i W_i(z) phi_i(z),  W_i ∝ (d_H(z, z_i)^2 + eps)^-1 exp(-sigma d_H^2 / 2)
+
+with HIDA's inverse-distance weights over the entries, screened by the area law at the texture
+level (the entries are this episode's states, as the window's are; sigma the kick head's
+texture string tension), and a learned gate g (0 at the start: the memory-free model). Its force
+-grad Phi_mem is computed in closed form (geometry.potentials.inverse_distance_patches): the
+inverse-distance average of the residuals, which averages the thermostat noise out of one-step
+residuals, plus the term that makes the sum a gradient. So the kick stays conservative and
+GeodesicCrossAttention.hamiltonian() includes Phi_mem. The read-out is Dense-HIDA's (M1): FP-,
+L- and C-HIDA (M2-M4) were measured as memories before it became a potential and read worse
+(FP 0.76x of the fixed prototypes' error against Dense's 0.69x; docs/measurements.md), and as
+potentials their forces would need autograd's second derivative of the distance, which is not
+finite at a query on an entry; they remain attention operators (world_model/attention/hida.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from world_model.attention.hida import (
-    CHIDA,
-    FPHIDA,
-    LHIDA,
-    CHIDAConfig,
-    DenseHIDA,
-    DenseHIDAConfig,
-    FPHIDAConfig,
-    LHIDAConfig,
-)
+from geometry import potentials
 
 __all__ = ["MemoryOperator", "MemoryInputs", "MemoryBank", "EpisodicMemory", "empirical_residual"]
 
-MemoryOperator = Literal["none", "dense", "fp", "l", "c"]  # none: no memory (ContextConfig.memory)
+MemoryOperator = Literal["none", "dense"]  # none: no memory (ContextConfig.memory)
 
 
 @dataclass
@@ -104,51 +105,23 @@ def empirical_residual(p: Tensor, p_next: Tensor, kick: Tensor, dt: float) -> Te
     return (p_next - p) / dt - kick
 
 
-# The HIDA operators on the Poincare ball, (eps, dim, anchors) -> module, without per-call input
-# checks (the model's own states are inside the ball; MemoryInputs checks shapes once).
-# `anchors`: L's anchors and C's summaries.
-_OPERATORS: dict[str, Callable[[float, int, int], nn.Module]] = {
-    "dense": lambda eps, dim, anchors: DenseHIDA(
-        DenseHIDAConfig(eps=eps, fused=False, check_inputs=False)
-    ),
-    # the query stands after the newest entry: the memory's time order
-    "fp": lambda eps, dim, anchors: FPHIDA(
-        FPHIDAConfig(eps=eps, query_time="now", check_inputs=False)
-    ),
-    "l": lambda eps, dim, anchors: LHIDA(
-        LHIDAConfig(n_anchors=anchors, dim=dim, eps=eps, check_inputs=False)
-    ),
-    "c": lambda eps, dim, anchors: CHIDA(
-        CHIDAConfig(n_summaries=anchors, key_dim=dim, value_dim=dim, eps=eps, check_inputs=False)
-    ),
-}
-
-
 class EpisodicMemory(nn.Module):
-    """Reads a MemoryBank at kick positions with a HIDA operator and a learned gate (module
+    """Reads a MemoryBank at kick positions as a gated potential and its force (module
     docstring). Building the bank (keys and residuals) needs the model's encoder and kick, so
     GeodesicDynamics.memory_bank does it; this module holds the operator and the gate."""
 
-    def __init__(self, operator: str, dim: int, eps: float = 1e-3, anchors: int = 16):
+    def __init__(self, eps: float = 1e-3):
         super().__init__()
-        self.operator_name = operator
-        if operator not in _OPERATORS:
-            raise ValueError(
-                f"memory operator must be one of {tuple(_OPERATORS)}, got {operator!r}"
-            )
-        self.operator = _OPERATORS[operator](eps, dim, anchors)
+        if not eps > 0:
+            raise ValueError(f"EpisodicMemory: eps must be > 0, got {eps!r}")
+        self.eps = eps
         self.gate = nn.Parameter(torch.zeros(()))  # 0: the memory-free model at the start
 
-    def forward(self, z: Tensor, bank: MemoryBank) -> Tensor:
-        """F_mem(z) [B, d] at z [B, d] (bank of batch B or 1); 0 for a sample without entries.
-        A bank of batch 1 (a plan's root, shared by its rows) is read as one operator call with
-        the B rows as its queries: one matrix product against the keys, not B of one row each."""
-        keys, values, mask = bank
-        held = mask.any(-1, keepdim=True)  # [B or 1, 1]
-        # a sample without entries reads its first (masked) slot instead of 0 / 0, then 0
-        mask = mask | (~held & (torch.arange(mask.shape[-1], device=mask.device) == 0))
-        shared = keys.shape[0] == 1
-        queries = z.unsqueeze(0) if shared else z.unsqueeze(-2)  # [1, B, d] or [B, 1, d]
-        out, _ = self.operator(queries, keys, values, mask.unsqueeze(-2), need_weights=False)
-        out = out.squeeze(0) if shared else out.squeeze(-2)  # [B, d]
-        return self.gate * torch.where(held, out, 0.0)
+    def forward(
+        self, z: Tensor, bank: MemoryBank, tension: Tensor | float = 0.0
+    ) -> tuple[Tensor, Tensor]:
+        """(Phi_mem [B], F_mem = -grad Phi_mem [B, d]) at z [B, d]; a bank of batch B, or of
+        batch 1 (a plan's root, shared by its rows: one read with the B rows as its queries).
+        Both 0 for a sample without entries. `tension`: the area law's sigma."""
+        phi, force = potentials.inverse_distance_patches(z, *bank, self.eps, tension=tension)
+        return self.gate * phi, self.gate * force
