@@ -4,8 +4,9 @@ the full model and each ablation of agent.compare (agent/comparison/ablations.py
 the same noisy trajectories from the same initialisation seed, paired seed by seed.
 
 The model sees the observed (z, p) (identity encoder) and rolls out open loop without history
-or episodic memory, so `memory-on` and `screening-off` (screening acts on the window's texture
-entries only) change nothing here and are left out. Per row and seed: the
+or episodic memory over the fixed prototype table (world_model_disk.py's model), so
+`memory-off`, `routing-dense` and `screening-off` (screening acts on the window's texture entries
+only) change nothing here and are left out. Per row and seed: the
 noise-free open-loop error (normalised RMS, mean over steps 1..50 and at step 50, from held-out
 starts; world_model_disk.open_loop_error) and the time per update; the table gives mean ± s.e.
 over seeds and the paired difference against the full model (> 0: the ablation predicts worse).
@@ -32,7 +33,8 @@ from benchmarks.world_model_disk import GEODESIC_LR, build, make_data, open_loop
 torch.set_num_threads(1)
 
 NOT_HERE = {  # ablations that change nothing in this benchmark's rollouts, and why
-    "memory-on": "open-loop rollouts here carry no episode memory",
+    "memory-off": "open-loop rollouts here carry no episode memory",
+    "routing-dense": "this benchmark's model reads the fixed prototype table already",
     "screening-off": "screening acts on texture entries (the history window), which these "
     "rollouts do not pass; macro entries are exempt",
 }

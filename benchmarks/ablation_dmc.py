@@ -12,8 +12,8 @@ world model's open-loop prediction error against horizon on held-out random epis
 (agent/comparison/prediction.py: normalised RMS of decoded observations, 1 = predicting the
 mean). The GRU agent's world model is the first row, for scale.
 
-`memory-on` is left out: the open-loop rollouts here (and in agent.compare) carry no episodic
-memory, so it would measure only memory's effect on training. Per row and seed: the error at 1,
+`memory-off` is left out: the open-loop rollouts here (and in agent.compare) carry no episodic
+memory, so it would measure only the memory's effect on training. Per row and seed: the error at 1,
 10 and 50 steps and its mean over 1..50, and the time per update; the table gives mean ± s.e.
 over seeds and the paired difference against the full geodesic model (> 0: the row predicts
 worse).
@@ -47,7 +47,7 @@ from benchmarks.ablation_disk import print_rows
 os.environ.setdefault("MUJOCO_GL", "egl")
 torch.set_num_threads(1)
 
-NOT_HERE = {"memory-on": "open-loop rollouts carry no episodic memory"}
+NOT_HERE = {"memory-off": "open-loop rollouts carry no episodic memory"}
 Episode = dict[str, np.ndarray]  # obs [T+1, O], action [T, A], reward [T], terminated [T]
 
 

@@ -106,7 +106,7 @@ def geodesic_config(
             **(dict(friction=0.0, thermostat_temperature=0.0) if conservative else {}),
             **(integrator or {}),
         ),
-        context=ContextConfig(prototypes=64, feature_dim=16),
+        context=ContextConfig(prototypes=64, feature_dim=16, memory="none", routing="dense"),
     )
 
 

@@ -1,14 +1,15 @@
 """The seed's components knocked out or switched one at a time: the table of ablations that
 `agent.compare --ablations` trains beside the full geodesic model (README.md, "Ablations").
 
-Each ablation has a name (what `--ablations` takes: `screening-off`), the row it gets in the
-tables and results.json (`geodesic-no-screening`) and the [dynamics] overrides that make it from
-the full model, applied over the `--config` file's geodesic settings (agent.train's defaults
-without one). The full model is `geodesic` as configured; its default is the seed's model:
-magnus4 Wilson lines, the metric temperature, area-law screening, the chiral projector driven
-by the value gradient, the exact OU thermostat and no episodic memory. So two rows switch a
-component on rather than off (the learned thermostat, the episodic memory); the others knock
-one out or swap it for a cruder one. What each switch does to the mathematics: the fields'
+Each ablation has a name (what `--ablations` takes: `screening-off`), the row it gets in the tables
+and results.json (`geodesic-no-screening`) and the [dynamics] overrides that make it from the full
+model, applied over the `--config` file's geodesic settings (agent.train's defaults without one).
+The full model is `geodesic` as configured; its default is the seed's model: magnus4 Wilson lines,
+the metric temperature, area-law screening, the chiral projector driven by the value gradient, the
+exact OU thermostat, the HIDA episodic memory and the GSR-routed, DMG-grown prototype pool. So one
+row switches a component on rather than off (the learned thermostat); the others knock one out or
+swap it for a cruder one (`memory-off` and `routing-dense` together are the model before the memory
+and the routed pool were the default). What each switch does to the mathematics: the fields'
 docstrings (world_model/attention/covariant_config.py, world_model/geodesic/config.py).
 """
 
@@ -87,10 +88,15 @@ ABLATIONS: dict[str, Ablation] = {
         {"integrator": {"learned_thermostat": True}},
         "the exact OU step plus the learned residual thermostat head",
     ),
-    "memory-on": Ablation(
-        "geodesic-memory",
-        {"context": {"memory": "dense"}},
-        "the HIDA episodic memory, operator dense (M1)",
+    "memory-off": Ablation(
+        "geodesic-no-memory",
+        {"context": {"memory": "none"}},
+        "no HIDA episodic memory (no memory potential in the kick)",
+    ),
+    "routing-dense": Ablation(
+        "geodesic-fixed-prototypes",
+        {"context": {"routing": "dense"}},
+        "the fixed table of prototypes read whole instead of the GSR-routed, DMG-grown pool",
     ),
 }
 

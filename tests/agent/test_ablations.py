@@ -29,7 +29,8 @@ SWITCHED = {
     ("--screening", "off"): ("head", "screening", False),
     ("--chirality", "off"): ("context", "value_gradient", False),
     ("--thermostat", "learned"): ("integrator", "learned_thermostat", True),
-    ("--memory", "dense"): ("context", "memory", "dense"),
+    ("--memory", "none"): ("context", "memory", "none"),
+    ("--routing", "dense"): ("context", "routing", "dense"),
 }
 
 

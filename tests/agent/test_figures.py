@@ -40,7 +40,9 @@ GEODESIC = {
     "latent_dim": 4,
     "encoder_dim": 16,
     "head": {"d_k": D_K},
-    "context": {"prototypes": 8, "feature_dim": 8},
+    # the figures' records are checked against a fixed table of 8 prototypes (a routed pool's
+    # heat map lists all its rows, the inactive ones blank)
+    "context": {"prototypes": 8, "feature_dim": 8, "memory": "none", "routing": "dense"},
 }
 NAMES = (
     "trajectories",

@@ -332,7 +332,9 @@ def test_a_geodesic_plan_kicks_its_root_once_and_plans_as_before(memory, monkeyp
         latent_dim=4,
         encoder_dim=16,
         head=GeodesicHeadOptions(d_k=8, chirality=0.5),
-        context=ContextConfig(prototypes=12, feature_dim=8, window=2, memory=memory),
+        context=ContextConfig(
+            prototypes=12, feature_dim=8, window=2, memory=memory, routing="dense"
+        ),
     )
     torch.manual_seed(5)
     model = WorldModel(6, 2, GeodesicDynamics(6, 2, cfg))

@@ -297,7 +297,9 @@ def _dynamics(kernel: str = "softmax", force: str = "potential") -> GeodesicDyna
         encoder_dim=16,
         head=GeodesicHeadOptions(d_k=8, segments=4, chirality=0.5, kernel=kernel),
         integrator=IntegratorConfig(force=force, potential_wells=2, learned_thermostat=True),
-        context=ContextConfig(prototypes=6, feature_dim=8, window=2),
+        context=ContextConfig(
+            prototypes=6, feature_dim=8, window=2, memory="none", routing="dense"
+        ),
     )
     with _seeded(0), torch.no_grad():
         dyn = GeodesicDynamics(6, 2, cfg)

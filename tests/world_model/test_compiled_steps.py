@@ -27,7 +27,16 @@ def small(**context) -> GeodesicDynamics:
         latent_dim=4,
         encoder_dim=32,
         head=GeodesicHeadOptions(d_k=8, chirality=0.5),  # a live chiral gate: Pi is read
-        context=ContextConfig(**{"prototypes": 12, "feature_dim": 8, "window": 2, **context}),
+        context=ContextConfig(
+            **{
+                "prototypes": 12,
+                "feature_dim": 8,
+                "window": 2,
+                "memory": "none",
+                "routing": "dense",
+            }
+            | context
+        ),
     )
     torch.manual_seed(5)
     dyn = GeodesicDynamics(6, 2, cfg)

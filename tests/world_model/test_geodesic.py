@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from agent.core.config import RunConfig, migrate_config
 from geometry import langevin, poincare
 from geometry.potentials import confining_force
 from tests.conftest import ball_points
@@ -44,13 +45,19 @@ F64 = torch.float64
 TEMP = 0.5
 
 
+# The integrator's mechanics are tested over the fixed prototype table without the episodic
+# memory (`--memory none --routing dense`); the default context (memory and routed pool) has
+# its own tests (tests/world_model/memory/).
+FIXED_TABLE = {"memory": "none", "routing": "dense"}
+
+
 def config(head=None, integrator=None, context=None, **top) -> GeodesicConfig:
     """A GeodesicConfig from its sections' keywords (dicts) and its top-level fields."""
     return GeodesicConfig(
         **top,
         head=GeodesicHeadOptions(**(head or {})),
         integrator=IntegratorConfig(**(integrator or {})),
-        context=ContextConfig(**(context or {})),
+        context=ContextConfig(**{**FIXED_TABLE, **(context or {})}),
     )
 
 
@@ -714,14 +721,21 @@ def test_an_old_flat_dynamics_table_migrates_to_the_sections_and_the_same_config
     removed = ("head_features", "radius_penalty", "drift_correction_once")
     tables = [nested["head"], nested["integrator"], nested["context"]]
     assert not any(key in nested or key in table for table in tables for key in removed)
-    built = config(**nested)
     # the old defaults are today's but for the Wilson lines (exp until magnus4 became the
-    # default): an old run keeps the lines it was trained with
+    # default) and the context (the fixed table without memory until the memory and the routed
+    # pool became the default): an old run keeps the model it was trained with
+    loaded = migrate_config(
+        {"train": {"world_model": "geodesic"}, "dynamics": OLD_FLAT_DYNAMICS}, 1
+    )
+    built = RunConfig.from_dict(loaded).dynamics
     today = GeodesicConfig()
     assert built.head.wilson == "exp" and built.head.segments == 8
     assert built == dataclasses.replace(
-        today, head=dataclasses.replace(today.head, wilson="exp", segments=8)
+        today,
+        head=dataclasses.replace(today.head, wilson="exp", segments=8),
+        context=dataclasses.replace(today.context, memory="none", routing="dense"),
     )
+    assert (today.context.memory, today.context.routing) == ("dense", "gsr")
     assert OLD_FLAT_DYNAMICS["d_k"] == 16  # the input is left alone
     assert "head" not in OLD_FLAT_DYNAMICS
 

@@ -25,7 +25,7 @@ def _disk_model(dt: float, force: str = "potential") -> GeodesicDynamics:
         encoder="identity",
         head=GeodesicHeadOptions(d_k=8, kernel="softmax"),
         integrator=IntegratorConfig(dt=dt, drift_correction=False, potential_wells=4, force=force),
-        context=ContextConfig(prototypes=8, window=0),
+        context=ContextConfig(prototypes=8, window=0, memory="none", routing="dense"),
     )
     dyn = GeodesicDynamics(4, 2, cfg).double()
     with torch.no_grad():

@@ -117,14 +117,16 @@ class ContextConfig:
 
     prototypes: int = 64
     """prototypes M in the macro-level pool (under routing 'gsr': those active at the start)"""
-    routing: Routing = "dense"
-    """the macro level: 'dense' reads the fixed table of `prototypes` whole; 'gsr' reads a pool
-    of `pool_capacity` rows grown by DMG, each rollout the `route_k` prototypes GSR routes its
-    root to (world_model/memory/routed_prototypes.py)"""
+    routing: Routing = "gsr"
+    """the macro level: 'gsr' (the default) reads a pool of `pool_capacity` rows grown by DMG,
+    each rollout the `route_k` prototypes GSR routes its root to
+    (world_model/memory/routed_prototypes.py); 'dense' reads the fixed table of `prototypes`
+    whole"""
     pool_capacity: int = 128
     """rows of the routed pool (DMG's hard capacity)"""
     route_k: int = 16
-    """prototypes each rollout reads under routing 'gsr' (GSR's top-K)"""
+    """prototypes each rollout reads under routing 'gsr' (GSR's top-K; at most `prototypes`,
+    those active at the start: a smaller pool reads them all)"""
     spawn_sigmas: float = 3.0
     """DMG spawns where a sample's one-step error, relative to its batch's mean, exceeds
     1 + spawn_sigmas * (its window's std) + the surprise rate"""
@@ -143,10 +145,10 @@ class ContextConfig:
     """feed grad_z V (the agent's value estimate at the rollout's root) to the chiral projector
     (seed 003 Def 285); False: no projector, no chiral gate, kappa never trained (the chirality
     switch, `agent.train --chirality on|off`)"""
-    memory: MemoryOperator = "none"
-    """HIDA episodic memory (world_model/memory/episodic.py): 'dense' adds to the kick's potential
-    this episode's empirical residual forces as linear patches blended by Dense-HIDA's
-    inverse-distance weights (seed 000 M1); 'none': no memory"""
+    memory: MemoryOperator = "dense"
+    """HIDA episodic memory (world_model/memory/episodic.py): 'dense' (the default) adds to the
+    kick's potential this episode's empirical residual forces as linear patches blended by
+    Dense-HIDA's inverse-distance weights (seed 000 M1); 'none': no memory"""
     memory_capacity: int = 64
     """entries per memory: the last transitions of the episode before a rollout's root"""
     memory_eps: float = 1e-3
@@ -158,10 +160,10 @@ class ContextConfig:
         routed = ("pool_capacity", "route_k", "prune_idle", "spawn_window")
         _at_least(where, self, positive + routed, 1)
         check_choices(self, where)
-        if self.routing == "gsr" and not self.route_k <= self.prototypes <= self.pool_capacity:
+        if self.routing == "gsr" and not self.prototypes <= self.pool_capacity:
             raise ValueError(
-                f"{where}: routing 'gsr' needs route_k <= prototypes <= pool_capacity, got "
-                f"{self.route_k}, {self.prototypes}, {self.pool_capacity}"
+                f"{where}: routing 'gsr' needs prototypes <= pool_capacity, got "
+                f"{self.prototypes}, {self.pool_capacity}"
             )
         if not (math.isfinite(self.spawn_sigmas) and self.spawn_sigmas > 0):
             raise ValueError(f"{where}.spawn_sigmas must be > 0, got {self.spawn_sigmas!r}")
@@ -222,11 +224,14 @@ class GeodesicConfig(DynamicsConfig):
     def migrate_removed(table: dict[str, Any]) -> dict[str, Any]:
         """A saved `[dynamics]` table without the options removed since it was written (called
         by agent.core.config.migrate_config for every checkpoint): `context.memory_anchors` is
-        dropped (it set the removed 'l' / 'c' memories only) and a memory 'fp', 'l' or 'c' is
-        refused (one line: ValueError)."""
-        context = table.get("context")
+        dropped (it set the removed 'l' / 'c' memories only), a memory 'fp', 'l' or 'c' is
+        refused (one line: ValueError), and a table written before `memory` and `routing`
+        existed keeps the model it trained: no memory, the fixed table (today's defaults are
+        the memory and the routed pool)."""
+        context = table.get("context", {})
         if not isinstance(context, dict):
             return table
+        context = {"memory": "none", "routing": "dense", **context}
         if context.get("memory") in ("fp", "l", "c"):
             raise ValueError(
                 f"context.memory = {context['memory']!r} was removed: the episodic memory is "

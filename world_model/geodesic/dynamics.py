@@ -94,7 +94,7 @@ def _routed_pool(cfg: GeodesicConfig) -> RoutedPrototypePool:
         RoutedPoolConfig(
             capacity=banks.pool_capacity,
             initial=banks.prototypes,
-            k=banks.route_k,
+            k=min(banks.route_k, banks.prototypes),
             feature_dim=banks.feature_dim,
             init_scale=banks.prototype_init_scale,
             spawn_sigmas=banks.spawn_sigmas,

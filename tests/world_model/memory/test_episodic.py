@@ -161,7 +161,9 @@ def _identity_dynamics(memory: str = "dense") -> GeodesicDynamics:
     cfg = GeodesicConfig(
         latent_dim=4,
         encoder="identity",
-        context=ContextConfig(prototypes=8, feature_dim=8, window=0, memory=memory),
+        context=ContextConfig(
+            prototypes=8, feature_dim=8, window=0, memory=memory, routing="dense"
+        ),
     )
     dyn = GeodesicDynamics(obs_dim=8, action_dim=2, config=cfg)
     with torch.no_grad():  # a kick head that is not zero, and a state-dependent control gain
@@ -326,6 +328,7 @@ def test_unknown_memory_operator_is_a_clear_error():
     with pytest.raises(ValueError, match="context.memory = 'fp' was removed"):
         GeodesicConfig.migrate_removed({"context": {"memory": "fp"}})
     saved = {"context": {"memory": "dense", "memory_anchors": 16}}  # a run saved before
-    assert GeodesicConfig.migrate_removed(saved) == {"context": {"memory": "dense"}}
+    kept = {"context": {"memory": "dense", "routing": "dense"}}  # routing: the fixed table then
+    assert GeodesicConfig.migrate_removed(saved) == kept
     with pytest.raises(ValueError, match="memory_capacity must be an integer >= 1"):
         ContextConfig(memory="dense", memory_capacity=0)

@@ -174,7 +174,17 @@ def test_routing_stays_finite_at_the_boundary():
 
 
 def test_the_config_refuses_an_impossible_pool():
-    with pytest.raises(ValueError, match="route_k <= prototypes <= pool_capacity"):
+    with pytest.raises(ValueError, match="prototypes <= pool_capacity"):
         ContextConfig(routing="gsr", prototypes=64, pool_capacity=32)
     with pytest.raises(ValueError, match="routing must be one of"):
         ContextConfig(routing="sparse")
+
+
+def test_a_pool_smaller_than_route_k_is_read_whole():
+    """route_k = 16 over 8 initial prototypes (a small config keeping the default route_k):
+    every root reads the 8, each once."""
+    dyn = _dynamics("gsr", prototypes=8, pool_capacity=12, route_k=16)
+    z = geoopt.PoincareBall().expmap0(0.5 * torch.randn(5, 4, dtype=torch.float64))
+    index, valid = dyn.prototypes.route(z)
+    assert index.shape == (5, 8) and valid.all()
+    assert all(sorted(row) == list(range(8)) for row in index.tolist())
