@@ -161,7 +161,8 @@ def test_nodes_are_node_reports_of_the_saved_agent_on_its_buffer(geodesic_run, c
     model = agent.model
     with torch.no_grad():
         state = model.encode(batch.obs[0])
-        context = model.context(state, EpisodeInputs(batch.history_obs, batch.history_mask))
+        inputs = EpisodeInputs(batch.history_obs, batch.history_mask, batch.memory)
+        context = model.context(state, inputs)
         for t in range(horizon):
             state = model.next(state, batch.action[t], context)
             target = model.encode(batch.obs[t + 1], target=True)

@@ -151,8 +151,9 @@ class ContextConfig:
     Dense-HIDA's inverse-distance weights (seed 000 M1); 'none': no memory"""
     memory_capacity: int = 64
     """entries per memory: the last transitions of the episode before a rollout's root"""
-    memory_eps: float = 1e-3
-    """the inverse-distance kernel's eps: W ∝ (d_H^2 + eps)^-1"""
+    memory_eps: float = 0.3
+    """the initial bandwidth eps of the memory's kernel W ∝ (d_H^2 + eps)^-1 (learned; seed
+    000's 1e-3 makes the memory's potential rough: docs/measurements.md)"""
 
     def __post_init__(self) -> None:
         where = "GeodesicConfig.context"

@@ -98,6 +98,7 @@ def test_read_out_is_finite_and_zero_without_entries():
     assert phi[1] == 0 and (force[1] == 0).all()
     (phi.sum() + force.square().sum()).backward()
     assert torch.isfinite(z.grad).all() and torch.isfinite(memory.gate.grad)
+    assert torch.isfinite(memory.log_eps.grad) and memory.log_eps.grad != 0  # a learned bandwidth
 
 
 def _patches_by_geoopt(z, keys, values, mask, eps, tension):
@@ -126,7 +127,8 @@ def test_the_read_out_is_a_potential_and_its_force_is_its_gradient():
     (grad,) = torch.autograd.grad(phi.sum(), z)
     torch.testing.assert_close(force, -grad, rtol=1e-9, atol=1e-9)
     for b in range(2):
-        expected = 0.7 * _patches_by_geoopt(z[b], keys[b], values[b], mask[b], 1e-3, 0.3)
+        eps = float(memory.eps)  # the learned bandwidth, 1e-3 at the start
+        expected = 0.7 * _patches_by_geoopt(z[b], keys[b], values[b], mask[b], eps, 0.3)
         torch.testing.assert_close(phi[b], expected, rtol=1e-9, atol=1e-12)
     # at an entry the force is nearly that entry's residual (its weight dominates)
     phi, force = memory(keys[1, :3].detach(), MemoryBank(keys[1:], values[1:], mask[1:]))
