@@ -33,6 +33,14 @@ def confining_force(z: Tensor) -> Tensor:
     return -radius * P.conformal_factor(z) * z / n
 
 
+def _offsets(z: Tensor, points: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """w_j = (-z) (+) c_j, n_j = |w_j| (floored at MIN_NORM) and d_H(z, c_j) = 2 artanh n_j:
+    z [..., d], points c [..., M, d] (broadcast) -> ([..., M, d], [..., M], [..., M])."""
+    w = P.gyro_difference(z.unsqueeze(-2), points)
+    n = w.norm(dim=-1).clamp_min(P.MIN_NORM)
+    return w, n, P.gyro_norm_dist(n)
+
+
 def gaussian_wells(
     z: Tensor, centers: Tensor, depths: Tensor, widths: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -44,9 +52,7 @@ def gaussian_wells(
     u the unit vector of (-z) (+) c (log_z c = (2 / lambda(z)) artanh|w| w / |w|). Finite at
     z = c_j (d_j / |w_j| -> 2). z [..., d], centers [M, d], depths a [M] (< 0: a bump),
     widths w [M] > 0 -> (Phi [...], force covector [..., d])."""
-    w = P.gyro_difference(z.unsqueeze(-2), centers)  # [..., M, d]
-    n = w.norm(dim=-1, keepdim=True).clamp_min(P.MIN_NORM).squeeze(-1)  # [..., M]
-    d = P.gyro_norm_dist(n)  # d(z, c_j) [..., M]
+    w, n, d = _offsets(z, centers)  # [..., M, d], [..., M], [..., M]
     e = torch.exp(-0.5 * (d / widths).square())  # [..., M]
     phi = -(depths * e).sum(-1)  # [...]
     coeff = depths / widths.square() * e * (d / n)  # [..., M]
@@ -59,23 +65,22 @@ def inverse_distance_patches(
     keys: Tensor,
     slopes: Tensor,
     mask: Tensor,
-    eps: float,
-    power: Tensor | float = 1.0,
+    eps: Tensor | float,
     tension: Tensor | float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """A potential from forces sampled at points, and its force, in closed form.
 
     Each entry i (a point z_i with a force covector f_i observed there) is a linear patch
     phi_i(z) = -<f_i, z - z_i>, whose force -grad phi_i is f_i everywhere. The patches are blended
-    by hyperbolic inverse-distance weights (seed 000 §2.1 / §4, HIDA's kernel, raised to `power`
-    p), screened by the area law exp(-sigma d^2 / 2) of seed 003 Def 286 with the geodesic area
+    by hyperbolic inverse-distance weights (seed 000 §2.1 / §4, HIDA's kernel), screened by the
+    area law exp(-sigma d^2 / 2) of seed 003 Def 286 with the geodesic area
     (geometry/screening.py, `tension` sigma):
 
-        Phi(z) = sum_i W_i(z) phi_i(z),  W_i ∝ (d_H(z, z_i)^2 + eps)^-p exp(-sigma d_H^2 / 2),
+        Phi(z) = sum_i W_i(z) phi_i(z),  W_i ∝ (d_H(z, z_i)^2 + eps)^-1 exp(-sigma d_H^2 / 2),
 
     Shepard's interpolation with linear nodal functions. Its force is the exact gradient,
     -grad Phi = sum_i W_i f_i - sum_i W_i (phi_i - Phi) grad log w_i, with
-    grad log w_i = (2p / (d_i^2 + eps) + sigma) lambda(z) d_i u_i (the coordinate gradient of
+    grad log w_i = (2 / (d_i^2 + eps) + sigma) lambda(z) d_i u_i (the coordinate gradient of
     d_H(z, c)^2 / 2 is -lambda(z) d_H u, u the unit vector of (-z) (+) c; `gaussian_wells`).
     The first term is the inverse-distance average of the observed forces; the second makes the
     sum a gradient, so a kick that reads it conserves energy with the geodesic drift.
@@ -83,17 +88,15 @@ def inverse_distance_patches(
     z [B, d]; keys [Bk, C, d] and slopes [Bk, C, d] with Bk = B or 1 (one bank for every
     query); mask [Bk, C] (False: no entry). -> (Phi [B], force [B, d]); both 0 for a query whose
     bank holds no entry. Finite at z = z_i (d / |(-z) (+) z_i| -> 2)."""
-    w = P.gyro_difference(z.unsqueeze(-2), keys)  # [B, C, d]
-    n = w.norm(dim=-1).clamp_min(P.MIN_NORM)  # [B, C]
-    d = P.gyro_norm_dist(n)  # d_H(z, z_i) [B, C]
+    w, n, d = _offsets(z, keys)  # [B, C, d], [B, C], d_H(z, z_i) [B, C]
     d2 = d.square()
-    logits = -power * torch.log(d2 + eps) - 0.5 * tension * d2  # [B, C]
+    logits = -torch.log(d2 + eps) - 0.5 * tension * d2  # [B, C]
     held = mask.any(-1, keepdim=True)  # [Bk, 1]
     logits = logits.masked_fill(~mask, -torch.inf).masked_fill(~held, 0.0)
     weights = torch.softmax(logits, dim=-1) * mask  # [B, C]; a bank without entries: 0
     patches = ((keys - z.unsqueeze(-2)) * slopes).sum(-1)  # phi_i(z) = <f_i, z_i - z> [B, C]
     phi = (weights * patches).sum(-1)  # [B]
-    grad_log = (2.0 * power / (d2 + eps) + tension) * d / n  # [B, C], times lambda(z) w_i
+    grad_log = (2.0 / (d2 + eps) + tension) * d / n  # [B, C], times lambda(z) w_i
     coeff = weights * (patches - phi.unsqueeze(-1)) * grad_log  # [B, C]
     average = (weights.unsqueeze(-1) * slopes).sum(-2)  # sum_i W_i f_i [B, d]
     force = average - P.conformal_factor(z) * (coeff.unsqueeze(-1) * w).sum(-2)

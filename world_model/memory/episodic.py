@@ -111,7 +111,7 @@ def empirical_residual(p: Tensor, p_next: Tensor, kick: Tensor, dt: float) -> Te
 class EpisodicMemory(nn.Module):
     """Reads a MemoryBank at kick positions as a gated potential and its force (module
     docstring). Building the bank (keys and residuals) needs the model's encoder and kick, so
-    GeodesicDynamics.memory_bank does it; this module holds the operator and the gate."""
+    GeodesicDynamics.memory_bank does it; this module holds the bandwidth and the gate."""
 
     def __init__(self, eps: float = 0.3):
         super().__init__()
