@@ -430,3 +430,30 @@ def test_distance_from_the_origin_is_one_function_of_the_norm():
     (grad,) = torch.autograd.grad(potentials.confining_potential(zq).sum(), zq)
     torch.testing.assert_close(potentials.confining_force(z), -grad, rtol=1e-9, atol=1e-12)
     assert torch.equal(potentials.confining_force(torch.zeros(2, D)), torch.zeros(2, D))
+
+
+def test_pairwise_t_is_the_distances_argument_to_float32_relative_accuracy():
+    """pairwise_t's matrix product (float64-accumulated) gives d = dist_from_t(t) equal to the
+    explicit-difference distance, to float32 relative accuracy at small and large distances."""
+    x = ball_points(7, 4, 0.95).float()
+    y = torch.cat([x[:3] + 1e-5, ball_points(5, 4, 0.95, seed=1).float()])  # some near x
+    reference = P.pairwise_dist(x.double(), y.double())  # [7, 8], of the float32 points
+    t = P.pairwise_t(x, y).clamp_min(torch.finfo(torch.float32).tiny)
+    assert t.dtype == torch.float32
+    torch.testing.assert_close(P.dist_from_t(t).double(), reference, rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("t", [0.0, 1e-12, 1e-8, 1e-5, 1e-3, 9.9e-3, 1.01e-2, 0.3, 20.0])
+def test_distance_over_gyro_norm_and_its_slope_across_the_series_switch(t):
+    """d_H / |(-z) (+) z_i| as a function of t (the memory read's ratio) and its derivative, in
+    float32, against mpmath's 2 asinh(sqrt t) sqrt((1 + t) / t) (limit 2, slope 2/3 at t = 0):
+    the float32 quotient's own derivative is off by 2e-4 at t = 1e-3 and is noise below 1e-8."""
+    ratio = lambda s: 2 * mpmath.asinh(mpmath.sqrt(s)) * mpmath.sqrt((1 + s) / s)  # noqa: E731
+    with mpmath.workdps(40):
+        value = 2.0 if t == 0 else float(ratio(mpmath.mpf(t)))
+        slope = 2.0 / 3.0 if t == 0 else float(mpmath.diff(ratio, mpmath.mpf(t)))
+    s = torch.tensor(t, dtype=torch.float32, requires_grad=True)
+    out = potentials._dist_over_gyro_norm(s)
+    (grad,) = torch.autograd.grad(out, s)
+    assert abs(float(out) - value) <= 1e-6 * value
+    assert abs(float(grad) - slope) <= 1e-4 * abs(slope) + 1e-6

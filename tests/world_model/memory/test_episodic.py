@@ -135,6 +135,40 @@ def test_the_read_out_is_a_potential_and_its_force_is_its_gradient():
     torch.testing.assert_close(force, 0.7 * values[1, :3], rtol=0.1, atol=0.1)
 
 
+@pytest.mark.parametrize("offset", [1e-6, 1e-3, 0.1])
+def test_near_an_entry_the_read_is_a_gradient_and_float32_keeps_float64s_accuracy(offset):
+    """Queries at hyperbolic offsets 1e-6..0.1 from entries (where the matrix-product read's
+    distance ratio d / |(-z) (+) z_i| switches to its series, and where z_i - z cancels): in
+    float64 the force is minus the autograd gradient; in float32 the potential, the force and
+    the force's gradient in z agree with float64's to 1e-5 relative."""
+    torch.manual_seed(4)
+    ball = geoopt.PoincareBall()
+    keys = ball.expmap0(0.5 * torch.randn(1, 32, 5, dtype=torch.float64))
+    values = torch.randn(1, 32, 5, dtype=torch.float64)
+    mask = torch.ones(1, 32, dtype=torch.bool)
+    near = keys[0, torch.arange(40) % 32]  # [40, 5]
+    step = torch.nn.functional.normalize(torch.randn(40, 5, dtype=torch.float64), dim=-1)
+    z = ball.expmap(near, offset * step / ball.lambda_x(near, keepdim=True))  # d_H = offset
+    torch.testing.assert_close(ball.dist(z, near), torch.full((40,), offset, dtype=z.dtype))
+
+    def read(z, dtype):
+        memory = EpisodicMemory().to(dtype)
+        with torch.no_grad():
+            memory.gate.fill_(1.0)
+        z = z.to(dtype).requires_grad_(True)
+        bank = MemoryBank(keys.to(dtype), values.to(dtype), mask)
+        phi, force = memory(z, bank, tension=0.5)
+        (grad_phi,) = torch.autograd.grad(phi.sum(), z, retain_graph=True)
+        (grad_force,) = torch.autograd.grad(force.square().sum(), z)
+        return phi, force, -grad_phi, grad_force
+
+    phi64, force64, minus_grad, grad_force64 = read(z, torch.float64)
+    torch.testing.assert_close(force64, minus_grad, rtol=1e-8, atol=1e-9)
+    phi32, force32, _, grad_force32 = read(z, torch.float32)
+    for low, high in ((phi32, phi64), (force32, force64), (grad_force32, grad_force64)):
+        assert float((low.double() - high).norm() / high.norm()) < 1e-5
+
+
 @pytest.mark.parametrize("held", [True, False])
 def test_a_shared_bank_read_by_all_rows_at_once_equals_each_row_reading_its_copy(held):
     """A plan's root bank (batch 1) is read as one call with the rows as its queries; each row's
