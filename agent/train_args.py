@@ -42,10 +42,12 @@ ALIASES = {"env": "train.env_id", "world_model": "train.world_model", "steps": "
            # the seed's components, switched for ablations (README.md, "Ablations")
            "wilson": "dynamics.head.wilson", "temperature": "dynamics.head.temperature",
            "screening": "dynamics.head.screening", "chirality": "dynamics.context.value_gradient",
-           "thermostat": "dynamics.integrator.learned_thermostat"}  # fmt: skip
+           "thermostat": "dynamics.integrator.learned_thermostat",
+           "curl": "dynamics.integrator.curl"}  # fmt: skip
 # the words of the switches whose field is a bool, and the value each sets (any other: exit 2)
 SWITCHES = {"screening": {"on": True, "off": False}, "chirality": {"on": True, "off": False},
-            "thermostat": {"exact": False, "learned": True}}  # fmt: skip
+            "thermostat": {"exact": False, "learned": True},
+            "curl": {"on": True, "off": False}}  # fmt: skip
 ALIAS_TYPES = {"steps": int, "seed": int, "memory_capacity": int, "pool_size": int, "route_k": int,
                "num_envs": int}  # fmt: skip
 METAVARS = {"env": "ENV_ID", "world_model": "NAME", "steps": "N", "seed": "S", "logdir": "DIR",

@@ -5,18 +5,19 @@ episode's forces can be known only from what that episode has shown. Geodesic wo
 (world_model_disk.py's: identity encoder, so the latent is the observed (z, p), the exact geodesic
 drift, learned wells) are trained identically on the same noisy episodes, each with its own
 landscape: with the fixed prototype table ("none"), with the DMG-grown, GSR-routed pool ("routed",
-world_model/memory/routed_prototypes.py), with the episodic memory ("dense": the episode's empirical
-residual forces as a potential, world_model/memory/episodic.py) and with both ("routed-dense", the
-agent's default). Beside them: a warm GRU ("gru", warm_gru.py) whose filter has read the same 100
-transitions; as a floor, predicting no motion; as the ceiling, the models' integrator (one BAOAB
-step per env step) given the episode's true potential, friction and control force (the env itself
-takes 10 sub-steps per step). Scored, on held-out episodes with their own landscapes: the noise-free
-50-step open-loop error from the state after 100 steps of the episode, the memory holding those 100
-noisy transitions (what an agent would have seen). Normalised RMS over the 4 observation
-coordinates, mean over steps 1..50 and at step 50, per seed and mean ± standard error over seeds.
-Also, for each geodesic model, the energy drift of its frictionless, action-free, noise-free rollout
-over 200 and 1000 steps (max |H_t - H_0| / mean |H_0|, GeodesicCrossAttention.hamiltonian, the
-memory's potential included).
+world_model/memory/routed_prototypes.py), with the episodic memory ("dense": the episode's
+empirical residual forces as a potential, world_model/memory/episodic.py), with both
+("routed-dense", the agent's default) and with both and the Boris kick's learned curl
+("routed-dense-curl", world_model/geodesic/curl.py). Beside them: a warm GRU ("gru", warm_gru.py)
+whose filter has read the same 100 transitions; as a floor, predicting no motion; as the ceiling,
+the models' integrator (one BAOAB step per env step) given the episode's true potential, friction
+and control force (the env itself takes 10 sub-steps per step). Scored, on held-out episodes with
+their own landscapes: the noise-free 50-step open-loop error from the state after 100 steps of the
+episode, the memory holding those 100 noisy transitions (what an agent would have seen). Normalised
+RMS over the 4 observation coordinates, mean over steps 1..50 and at step 50, per seed and mean ±
+standard error over seeds. Also, for each geodesic model, the energy drift of its frictionless,
+action-free, noise-free rollout over 200 and 1000 steps (max |H_t - H_0| / mean |H_0|,
+GeodesicCrossAttention.hamiltonian, the memory's potential included).
 
 `--env fixed` runs the same on PoincareDisk-v0's one landscape (every episode the same wells).
 
@@ -59,7 +60,7 @@ from world_model.model import EpisodeInputs, WorldModel, WorldModelConfig
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored
 DRIFT = (200, 1000)  # steps of the energy-drift rollout: its drift after each
-GEODESIC = ("none", "routed", "dense", "routed-dense")
+GEODESIC = ("none", "routed", "dense", "routed-dense", "routed-dense-curl")
 GRU_LRS = (3e-3, 1e-2)
 
 
@@ -84,7 +85,7 @@ def episodes(n: int, seed: int, redraw: bool = True) -> tuple[torch.Tensor, torc
 def build(name: str, capacity: int = WARM) -> WorldModel:
     """A geodesic model: `name` in GEODESIC (none: the fixed table; routed: the DMG pool; dense:
     the episodic memory over the fixed table; routed-dense: the memory over the DMG pool, the
-    agent's default)."""
+    agent's default; routed-dense-curl: the default with the Boris kick's learned curl)."""
     dt = make_config("default").dt
     memory = "dense" if "dense" in name else "none"
     routing = "gsr" if "routed" in name else "dense"
@@ -95,7 +96,9 @@ def build(name: str, capacity: int = WARM) -> WorldModel:
             latent_dim=2,
             encoder="identity",
             head=GeodesicHeadOptions(d_k=8, kernel="softmax"),
-            integrator=IntegratorConfig(dt=dt, drift_correction=False, potential_wells=32),
+            integrator=IntegratorConfig(
+                dt=dt, drift_correction=False, potential_wells=32, curl=name.endswith("-curl")
+            ),
             context=ContextConfig(
                 prototypes=64,
                 feature_dim=16,

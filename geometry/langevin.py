@@ -10,6 +10,8 @@ lambda(z)^d exp(-Phi(z)/T) (the Gaussian integral over p contributes sqrt(det G)
 
 One BAOAB step of size h:
     B  p += h/2 (-dPhi/dz + F)                  kick by the potential (and external) force
+       (Boris: with a Lorentz force F_L z', half the force, the rotation `boris_rotation` for
+       h/2, the other half; `baoab`'s `rotate`)
     A  (z, p) <- geodesic_flow(z, p, h/2)       exact flow of K: carries -dK/dz exactly
     O  p <- c1 p + c2 lambda(z) xi              exact OU: c1 = e^(-gamma h), c2 = sqrt((1-c1^2) T)
     A, B as above.
@@ -47,6 +49,7 @@ __all__ = [
     "ou_coefficients",
     "ou_step",
     "drift_step",
+    "boris_rotation",
     "baoab",
     "baoab_rollout",
     "baoab_step",
@@ -89,6 +92,24 @@ def drift_step(z: Tensor, p: Tensor, t: float, drift: Drift) -> tuple[Tensor, Te
     return z + t * p * P.inverse_metric_factor(z), p
 
 
+def boris_rotation(z: Tensor, p: Tensor, two_form: Tensor, t: float) -> Tensor:
+    """The Lorentz force's part of a kick of time t at fixed z, integrated by Boris' rotation
+    (seed 003 Def 278's beta_curl G^-1 F z' term, in the momentum): dp/dt = F G^-1(z) p with F a
+    2-form (antisymmetric [..., d, d]; beta_curl inside it), so with G = lambda^2 I,
+    dp/dt = Omega p, Omega = F / lambda(z)^2 antisymmetric. The implicit midpoint rule
+    p' - p = t Omega (p + p') / 2 gives the Cayley transform p' = (I - A)^-1 (I + A) p,
+    A = t Omega / 2: orthogonal, so |p|_G (= |p| / lambda at fixed z) is preserved exactly, as
+    the exact flow does (a magnetic force does no work). Solved as the SPD system
+    (I - A^2) p' = (I + A)^2 p (I - A^2 = I + A^T A; (I - A) and (I + A) commute) by Cholesky:
+    no LU. z, p [..., d], two_form [..., d, d] -> p' [..., d]."""
+    a = (0.5 * t) * P.inverse_metric_factor(z).unsqueeze(-1) * two_form  # A [..., d, d]
+    ap = (a @ p.unsqueeze(-1)).squeeze(-1)  # A p
+    rhs = p + 2.0 * ap + (a @ ap.unsqueeze(-1)).squeeze(-1)  # (I + A)^2 p
+    eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)
+    factor = torch.linalg.cholesky(eye - a @ a)  # I + A^T A: eigenvalues >= 1
+    return torch.cholesky_solve(rhs.unsqueeze(-1), factor).squeeze(-1)
+
+
 def baoab(
     z: Tensor,
     p: Tensor,
@@ -98,6 +119,7 @@ def baoab(
     drift: Callable[[Tensor, Tensor, float, T | None, R | None], tuple[Tensor, Tensor, R | None]],
     thermostat: Callable[[Tensor, Tensor], Tensor] | None,
     terms: T | None = None,
+    rotate: Callable[[Tensor, Tensor, float, T], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, T]:
     """One B-A-O-A-B step of size h, composed from its substeps (seed 003 Def 287,
     docs/seed_map.md; module doc). z, p [..., d].
@@ -114,11 +136,22 @@ def baoab(
                             reads once per step); a drift with nothing to hand on returns None.
     thermostat(z, p) -> p   the O step; None: O is the identity, and the two half-drifts are
                             one drift of length h (exact for a flow, by its group property).
+    rotate(z, p, t, terms) -> p
+                            the velocity-dependent (Lorentz) part of the kick for time t
+                            (`boris_rotation`); given, each B is Boris' kick: half the force,
+                            the rotation for h/2, the other half. None: B is p + h/2 F.
 
     Returns (z', p', position(z'))."""
+
+    def half_kick(x: Tensor, q: Tensor, terms: T) -> Tensor:  # B
+        f = kick(x, q, terms)
+        if rotate is None:
+            return q + 0.5 * h * f
+        return rotate(x, q + 0.25 * h * f, 0.5 * h, terms) + 0.25 * h * f
+
     if terms is None:
         terms = position(z)
-    p = p + 0.5 * h * kick(z, p, terms)  # B
+    p = half_kick(z, p, terms)  # B
     if thermostat is None:
         z, p, _ = drift(z, p, h, terms, None)  # A A (O = identity)
     else:
@@ -126,7 +159,7 @@ def baoab(
         p = thermostat(z, p)  # O
         z, p, _ = drift(z, p, 0.5 * h, None, reuse)  # A
     terms = position(z)
-    p = p + 0.5 * h * kick(z, p, terms)  # B
+    p = half_kick(z, p, terms)  # B
     return z, p, terms
 
 

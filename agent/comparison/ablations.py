@@ -6,11 +6,12 @@ and results.json (`geodesic-no-screening`) and the [dynamics] overrides that mak
 model, applied over the `--config` file's geodesic settings (agent.train's defaults without one).
 The full model is `geodesic` as configured; its default is the seed's model: magnus4 Wilson lines,
 the metric temperature, area-law screening, the chiral projector driven by the value gradient, the
-exact OU thermostat, the HIDA episodic memory and the GSR-routed, DMG-grown prototype pool. So one
-row switches a component on rather than off (the learned thermostat); the others knock one out or
-swap it for a cruder one (`memory-off` and `routing-dense` together are the model before the memory
-and the routed pool were the default). What each switch does to the mathematics: the fields'
-docstrings (world_model/attention/covariant_config.py, world_model/geodesic/config.py).
+exact OU thermostat, the HIDA episodic memory and the GSR-routed, DMG-grown prototype pool. So two
+rows switch a component on rather than off (the learned thermostat, the curl); the others knock
+one out or swap it for a cruder one; `context-fixed` is `memory-off` and `routing-dense`
+together, the model before the memory and the routed pool were the default. What each switch
+does to the mathematics: the fields' docstrings (world_model/attention/covariant_config.py,
+world_model/geodesic/config.py).
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ ABLATIONS: dict[str, Ablation] = {
         {"integrator": {"learned_thermostat": True}},
         "the exact OU step plus the learned residual thermostat head",
     ),
+    "curl-on": Ablation(
+        "geodesic-curl",
+        {"integrator": {"curl": True}},
+        "the Boris kick: a learned one-form's 2-form F = dA bends p by the Lorentz force",
+    ),
     "memory-off": Ablation(
         "geodesic-no-memory",
         {"context": {"memory": "none"}},
@@ -97,6 +103,11 @@ ABLATIONS: dict[str, Ablation] = {
         "geodesic-fixed-prototypes",
         {"context": {"routing": "dense"}},
         "the fixed table of prototypes read whole instead of the GSR-routed, DMG-grown pool",
+    ),
+    "context-fixed": Ablation(
+        "geodesic-fixed-context",
+        {"context": {"memory": "none", "routing": "dense"}},
+        "both of the last two: the model before the memory and the routed pool were the default",
     ),
 }
 

@@ -95,10 +95,18 @@ class IntegratorConfig:
     control: Control = "mlp"
     """control force, zero without action: 'linear' (F = W a) or 'mlp' (F = (W + M(z)) a, the
     gain M an MLP of (z, log_0 z))"""
+    curl: bool = False
+    """the Boris kick: a learned one-form A(z) whose 2-form F = dA bends the momentum by the
+    Lorentz force beta_curl G^-1 F z' (seed 003 Def 278), integrated by Boris' rotation inside
+    each half-kick (world_model/geodesic/curl.py; `agent.train --curl on|off`); False: the kick
+    depends on position only"""
+    curl_rank: int = 8
+    """K: the one-form's hidden units (F has rank <= 2K)"""
 
     def __post_init__(self) -> None:
         where = "GeodesicConfig.integrator"
         _at_least(where, self, ("potential_wells",), 0)
+        _at_least(where, self, ("curl_rank",), 1)
         check_choices(self, where)
         for name in ("dt", "well_width"):
             value = getattr(self, name)

@@ -5,8 +5,9 @@ geometry.langevin.baoab, with the substeps below passed in).
 - Kick (Prop 101): the kick head's force (-grad Phi of its scalar read-out, or a force field),
   the known confining force and optional Gaussian wells (geometry.potentials), the episodic
   memory's potential when there is one (world_model/memory/episodic.py), and the control
-  force. The position-only part is PositionTerms, carried from a step's closing kick to the next
-  step's opening kick.
+  force; with the curl on, the Lorentz force of a learned 2-form F = dA rotates p inside each
+  half-kick (Boris; world_model/geodesic/curl.py). The position-only part is PositionTerms,
+  carried from a step's closing kick to the next step's opening kick.
 - Drift (Prop 102): the exact geodesic flow with the drift head's velocity correction.
 - O: exact OU with a learned friction, plus an optional learned thermostat head.
 """
@@ -32,6 +33,7 @@ from world_model.memory.window import TrajectoryWindow, position_features
 from . import kick
 from .config import MACRO, TEXTURE, GeodesicConfig
 from .context import GeodesicContext
+from .curl import ValueCurl
 
 __all__ = ["PositionTerms", "GeodesicCrossAttention"]
 
@@ -45,6 +47,7 @@ class PositionTerms(NamedTuple):
     lines: Tensor  # [B, r, r] Wilson lines U_{z->0}
     gain: Tensor | None  # [B, d * A] control gain M(z) (None: linear control)
     features: Tensor  # [B, 2d] (z, log_0 z)
+    curl: Tensor | None = None  # [B, d, d] the 2-form F(z) (None: no curl)
 
 
 class GeodesicCrossAttention(nn.Module):
@@ -83,6 +86,9 @@ class GeodesicCrossAttention(nn.Module):
             self.well_depths = nn.Parameter(torch.zeros(k))
             self.well_widths_raw = nn.Parameter(torch.full((k,), math.log(step.well_width)))
         self.friction_raw = nn.Parameter(torch.tensor(float(step.friction)))
+        # created only when on: parameters drawn after it (none today) and checkpoints without
+        # it stay as they were
+        self.curl = ValueCurl(d, step.curl_rank) if step.curl else None
         banks = cfg.context
         self.memory = (  # the episodic memory's potential: one more term of the kick's Phi
             EpisodicMemory(banks.memory_eps) if banks.memory != "none" else None
@@ -203,7 +209,9 @@ class GeodesicCrossAttention(nn.Module):
         features = torch.cat([z, jacobian[0] * z], dim=-1)  # position_features(z) [B, 2d]
         force, lines = self.kick_force(z, context, features, jacobian)
         gain = self.control_mlp(features) if self.control_mlp is not None else None
-        return PositionTerms(force, lines, gain, features)
+        if self.curl is None:
+            return PositionTerms(force, lines, gain, features)
+        return PositionTerms(force, lines, gain, features, self.curl.two_form(z))
 
     def kick_force(
         self,
@@ -327,12 +335,16 @@ class GeodesicCrossAttention(nn.Module):
         computed); `noise`: the O step's xi [B, d] when stochastic, drawn by the caller (a
         compiled step draws none itself: world_model/geodesic/compiled.py), None: drawn in the
         O step. Returns (z', p', position_terms at z'), the last the next step's carry.
-        B: the position terms' force plus the control force. A: `drift`; the first half-drift
+        B: the position terms' force plus the control force (with the curl: Boris' kick, the
+        position terms' 2-form rotating p between its halves). A: `drift`; the first half-drift
         reads the position terms' lines and features, and its drift correction is reused by
         the second (one drift-head evaluation per step). O: `thermostat`."""
 
         def kick(x: Tensor, _p: Tensor, terms: PositionTerms) -> Tensor:
             return terms.force + self.control_force(x, action, terms.gain)
+
+        def rotate(x: Tensor, q: Tensor, t: float, terms: PositionTerms) -> Tensor:
+            return langevin.boris_rotation(x, q, terms.curl, t)
 
         def half_drift(
             x: Tensor, q: Tensor, t: float, terms: PositionTerms | None, correction: Tensor | None
@@ -350,4 +362,5 @@ class GeodesicCrossAttention(nn.Module):
             half_drift,
             lambda x, q: self.thermostat(x, q, context, stochastic, noise),
             carry,
+            rotate=None if self.curl is None else rotate,
         )
