@@ -60,7 +60,7 @@ from world_model.model import EpisodeInputs, WorldModel, WorldModelConfig
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored
 DRIFT = (200, 1000)  # steps of the energy-drift rollout: its drift after each
-GEODESIC = ("none", "routed", "dense", "routed-dense", "routed-dense-curl")
+GEODESIC = ("none", "routed", "dense", "routed-dense", "routed-dense-curl", "routed-dense-phic")
 GRU_LRS = (3e-3, 1e-2)
 
 
@@ -85,7 +85,8 @@ def episodes(n: int, seed: int, redraw: bool = True) -> tuple[torch.Tensor, torc
 def build(name: str, capacity: int = WARM) -> WorldModel:
     """A geodesic model: `name` in GEODESIC (none: the fixed table; routed: the DMG pool; dense:
     the episodic memory over the fixed table; routed-dense: the memory over the DMG pool, the
-    agent's default; routed-dense-curl: the default with the Boris kick's learned curl)."""
+    agent's default; routed-dense-curl: the default with the Boris kick's learned curl;
+    routed-dense-phic: the default with GSR's learned sphere map phi_C)."""
     dt = make_config("default").dt
     memory = "dense" if "dense" in name else "none"
     routing = "gsr" if "routed" in name else "dense"
@@ -105,6 +106,7 @@ def build(name: str, capacity: int = WARM) -> WorldModel:
                 memory=memory,
                 memory_capacity=capacity,
                 routing=routing,
+                sphere_map="learned" if name.endswith("-phic") else "stereographic",
                 spawn_window=1024,  # 32 updates of 32
                 prune_idle=100,
             ),
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     done = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
     settings = f"{args.env} e{args.episodes} t{args.test_episodes} u{args.updates} "
-    settings += f"b{args.batch} h{args.horizon} w{args.gru_width} potential-memory"
+    settings += f"b{args.batch} h{args.horizon} w{args.gru_width} potential-memory gsr-mass"
 
     def cached(seed, name, compute, *inputs):
         key = f"{settings} seed {seed} {name}"

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from geometry import poincare, screening
-from geometry.doublet import apply_in_channels, chiral_gate_vjp, masked_softmax
+from geometry.doublet import apply_in_channels, chiral_gate_vjp
 from geometry.wilson_lines import (
     affine_endpoint_coefficients,
     affine_segment_exponents,
@@ -132,7 +132,7 @@ def scalar_output_gradient(
         delta2 = poincare.sqnorm(z.unsqueeze(1) - pos_c, keepdim=False)  # [B, C]
         area = 0.5 * lam.square() * delta2  # screening.string_area(z, z') (Def 286)
         logits = logits.index_add(-1, cols, -(sigma_q * area * charged))
-    weights = masked_softmax(logits, prepared.mask)  # [B, N]
+    weights = prepared.softmax(logits)  # [B, N], with the entries' masses
     out = prepared.mixture(weights.unsqueeze(1)).squeeze(1)  # [B, k]
 
     # a = dPhi/d out: the read-out is linear without a chiral gate

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from geometry.doublet import masked_softmax
-
 from . import ida
 from .covariant_types import KernelHead, PreparedContext
 from .kernel_matrix import kernel_matrix
@@ -52,7 +50,6 @@ def _screened_softmax(
     z: Tensor,
     levels: Tensor,
     prepared: PreparedContext,
-    mask: Tensor | None,
 ) -> Tensor:
     """softmax(l - sigma(level(z)) A(z, z') [z' colour-charged]) over the valid entries
     (Def 286 as a log-space identity); macro entries are exempt from screening; a head with
@@ -62,7 +59,7 @@ def _screened_softmax(
         cols, pos_c, levels_c = prepared.charged_entries()  # screen only these
         penalty = head.screening_penalty(z, pos_c, levels, levels_c)  # [B, Q, C]
         screened = logits.index_add(-1, cols, -penalty)
-    return masked_softmax(screened, mask)  # [B, Q, N]
+    return prepared.softmax(screened)  # [B, Q, N], over prepared.mask, with its entries' masses
 
 
 def _softmax_weights(
@@ -77,7 +74,7 @@ def _softmax_weights(
     """Thm 99: softmax(s / tau(z)), screened."""
     tau = head.temperature(z)  # [B, Q]
     logits = scores / tau.unsqueeze(-1)  # [B, Q, N]
-    return logits, _screened_softmax(head, logits, z, levels, prepared, mask), tau
+    return logits, _screened_softmax(head, logits, z, levels, prepared), tau
 
 
 def _inverse_distance_weights(
@@ -92,7 +89,7 @@ def _inverse_distance_weights(
     """Seed 000 HIDA: weights (d_H(z, z')^2 + eps)^-1, normalised, screened; no temperature."""
     sqdist = ida.squared_distance_matrix(z, prepared.positions, "poincare")
     logits = -torch.log(sqdist + head.config.options.ida_eps)  # [B, Q, N]
-    return logits, _screened_softmax(head, logits, z, levels, prepared, mask), None
+    return logits, _screened_softmax(head, logits, z, levels, prepared), None
 
 
 def _krr_weights(

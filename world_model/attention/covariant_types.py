@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor, nn
 
-from geometry.doublet import pair_mixture, pair_products
+from geometry.doublet import masked_softmax, pair_mixture, pair_products
 
 from .context import MACRO_LEVEL, ContextBank
 
@@ -261,6 +261,9 @@ class PreparedContext:
     # in entry order): the head contracts part by part, so a shared part stays one plain matrix
     # product instead of a product with its copy expanded over the batch (None: one part)
     blocks: tuple[tuple[Tensor, Tensor], ...] | None = None
+    # log m_j [Bc, N]: entry j counts as m_j coincident entries in the softmax (a routed pool's
+    # GSR weights, §10.1; `within`); None: every mass 1
+    log_mass: Tensor | None = None
     _charged_entries: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
     _parts: tuple[PreparedContext, ...] = field(default=(), repr=False)  # set by cat
 
@@ -327,6 +330,19 @@ class PreparedContext:
         charged_index = torch.cat(
             [o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)]
         )
+        log_mass = None
+        if any(p.log_mass is not None for p in parts):
+            log_mass = torch.cat(
+                [
+                    (
+                        p.log_mass
+                        if p.log_mass is not None
+                        else p.positions.new_zeros(p.positions.shape[:2])
+                    ).expand(batch, -1)
+                    for p in parts
+                ],
+                dim=1,
+            )
         blocks = None  # contract part by part only where a shared part meets a per-sample one
         if len({p.batch_size for p in parts}) > 1:
             blocks = tuple(blk for p in parts for blk in (p.blocks or ((p.keys, p.values),)))
@@ -341,19 +357,30 @@ class PreparedContext:
             charged=any(p.charged for p in parts),
             charged_index=charged_index,
             blocks=blocks,
+            log_mass=log_mass,
             _parts=tuple(parts),
         )
 
-    def within(self, keep: Tensor) -> PreparedContext:
+    def within(self, keep: Tensor, log_mass: Tensor | None = None) -> PreparedContext:
         """The same prepared entries, batch row b reading only those keep[b] marks ([B, N]
-        bool): a routed provider prepares its whole pool once and each rollout reads its top-K
-        through the mask, so the pool's keys and values stay one shared matrix (one matrix
-        product for all queries, as a fixed table's) instead of a gathered copy per row. Not for
-        a joined or KRR bank (the KRR kernel's ridge system is over the selected entries)."""
+        bool), each with the mass exp(log_mass[b]) ([B, N], None: 1): a routed provider prepares
+        its whole pool once and each rollout reads its top-K through the mask, so the pool's keys
+        and values stay one shared matrix (one matrix product for all queries, as a fixed
+        table's) instead of a gathered copy per row. Not for a joined or KRR bank (the KRR
+        kernel's ridge system is over the selected entries)."""
         if self._parts or self.ridge_inverse is not None:
             raise ValueError("PreparedContext.within: prepare a joined or KRR bank after selecting")
         mask = keep if self.mask is None else keep & self.mask
-        return replace(self, mask=mask)
+        return replace(self, mask=mask, log_mass=log_mass)
+
+    def softmax(self, logits: Tensor) -> Tensor:
+        """alpha_j ∝ m_j exp(l_j) over the valid entries: logits [B, N] or [B, Q, N]
+        (geometry.doublet.masked_softmax with the entries' log masses added)."""
+        mask, log_mass = self.mask, self.log_mass
+        if logits.dim() == 3:  # [B, Q, N]: one mask and mass row per batch row
+            mask = None if mask is None else mask.unsqueeze(-2)
+            log_mass = None if log_mass is None else log_mass.unsqueeze(-2)
+        return masked_softmax(logits if log_mass is None else logits + log_mass, mask)
 
     def products(self, q: Tensor, values: bool = False) -> Tensor:
         """<q_bi, key_bj> (or value_bj) for every entry j: q [B, Q, d_k] -> [B, Q, N]."""

@@ -141,8 +141,8 @@ class GeodesicCrossAttention(nn.Module):
             selection = prototypes.route(root_z)  # [B, K]
         krr = cfg.head.kernel == "krr"
         if selection is not None and krr:  # the ridge system is over the selected entries
-            force_bank = force_bank.take(*selection)
-            correction_bank = correction_bank.take(*selection)
+            force_bank = force_bank.take(selection.index, selection.valid)
+            correction_bank = correction_bank.take(selection.index, selection.valid)
             selection = None
         banks = None
         if window is not None and history_z is not None:
@@ -157,9 +157,10 @@ class GeodesicCrossAttention(nn.Module):
         correction = self.drift_head.prepare(correction_bank, lines=lines) if corrects else None
         if selection is not None:  # the whole pool prepared once; each root reads its top-K
             keep = selection.mask(force_bank.size)  # [B, pool rows]: a mask, not a gather
-            force, force_bank = force.within(keep), force_bank.within(keep)
+            mass = selection.log_mass(force_bank.size)  # GSR's weights, §10.1 [B, pool rows]
+            force, force_bank = force.within(keep, mass), force_bank.within(keep)
             correction_bank = correction_bank.within(keep)
-            correction = None if correction is None else correction.within(keep)
+            correction = None if correction is None else correction.within(keep, mass)
         if banks is not None:  # prototypes prepared once, the window per sample
             w_lines = self.lines(history_z)  # [B, W, r, r]
             force = PreparedContext.cat([force, self.kick_head.prepare(banks[0], lines=w_lines)])

@@ -14,9 +14,10 @@ import pytest
 import torch
 
 from geometry import sphere
+from world_model.attention.covariant import CovariantQueries
 from world_model.geodesic import GeodesicConfig, GeodesicDynamics
 from world_model.geodesic.config import ContextConfig
-from world_model.memory.routed_prototypes import RoutedPoolConfig, RoutedPrototypePool
+from world_model.memory.routed_prototypes import RoutedPoolConfig, RoutedPrototypePool, Selection
 from world_model.memory.routing import clear_optimizer_rows
 
 
@@ -37,8 +38,9 @@ def test_gsr_selects_the_k_nearest_active_prototypes_on_the_sphere():
     pool = RoutedPrototypePool(3, RoutedPoolConfig(capacity=20, initial=15, k=5)).double()
     pool.pool.active[[2, 7]] = False  # two rows pruned: never selected
     z = geoopt.PoincareBall().expmap0(0.8 * torch.randn(9, 3, dtype=torch.float64))
-    index, valid = pool.route(z)
+    index, valid, weights = pool.route(z)
     assert valid.all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(9, dtype=torch.float64))
     q = sphere.ball_to_sphere_stereographic(z)
     c = sphere.ball_to_sphere_stereographic(pool.pool.centroids.detach())
     angle = torch.arccos((q @ c.T).clamp(-1, 1))  # geodesic distance on S^3
@@ -49,14 +51,15 @@ def test_gsr_selects_the_k_nearest_active_prototypes_on_the_sphere():
 
 def test_fewer_active_prototypes_than_k_leave_the_rest_invalid():
     pool = RoutedPrototypePool(3, RoutedPoolConfig(capacity=8, initial=3, k=5))
-    index, valid = pool.route(torch.zeros(2, 3))
+    index, valid, _ = pool.route(torch.zeros(2, 3))
     assert valid.sum(-1).tolist() == [3, 3]
     assert set(index[valid].tolist()) <= {0, 1, 2}
 
 
 def test_the_routed_mask_over_the_prepared_pool_is_the_selected_bank_prepared_afresh():
     """Each root reads its top-K through a mask over the pool prepared once; two steps under
-    that context equal two steps under the selected entries gathered and prepared afresh."""
+    that context equal two steps under the selected entries gathered and prepared afresh, with
+    the same GSR masses (§10.1; their meaning is the next test's)."""
     dyn = _dynamics("gsr", prototypes=12, pool_capacity=16, route_k=5)
     with torch.no_grad():
         dyn.prototypes.pool.active[[3, 8]] = False  # pruned rows: never read
@@ -68,10 +71,13 @@ def test_the_routed_mask_over_the_prepared_pool_is_the_selected_bank_prepared_af
     selection = dyn.prototypes.route(state.z)
     assert torch.equal(context.force.mask.sum(-1), selection.valid.sum(-1))
     pool = dyn.prototypes
+    every = torch.ones_like(selection.valid)
+    mass = torch.log(5 * selection.weights).masked_fill(~selection.valid, 0.0)  # [4, K]
+    gathered = (pool.force_bank(), pool.correction_bank())
     afresh = replace(
         context,
-        force=integ.kick_head.prepare(pool.force_bank().take(*selection)),
-        correction=integ.drift_head.prepare(pool.correction_bank().take(*selection)),
+        force=integ.kick_head.prepare(gathered[0].take(*selection[:2])).within(every, mass),
+        correction=integ.drift_head.prepare(gathered[1].take(*selection[:2])).within(every, mass),
     )
     outs = []
     for ctx in (context, afresh):
@@ -81,9 +87,12 @@ def test_the_routed_mask_over_the_prepared_pool_is_the_selected_bank_prepared_af
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_a_pool_that_routes_to_every_prototype_is_the_fixed_table():
+def test_a_pool_that_routes_to_every_prototype_with_equal_weights_is_the_fixed_table():
+    """route_k = the pool, and a SIDA kernel so flat (eps 1e12) that every weight is the same:
+    every mass is 1 and the routed pool reads as the fixed table does."""
     dense = _dynamics("dense", prototypes=6)
     routed = _dynamics("gsr", prototypes=6, pool_capacity=6, route_k=6)
+    routed.prototypes.config.eps = 1e12
     routed.load_state_dict(dense.state_dict(), strict=False)  # everything but the prototypes
     table, rows = dense.prototypes, routed.prototypes.pool
     with torch.no_grad():
@@ -102,6 +111,56 @@ def test_a_pool_that_routes_to_every_prototype_is_the_fixed_table():
         outs.append((after.z, after.p))
     for a, b in zip(*outs, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_gsr_mass_counts_as_that_many_coincident_entries():
+    """§10.1's weights enter the heads as masses: with log m = log 2 on one selected entry, the
+    kick head's output and its closed-form gradient equal those of the bank holding that entry
+    twice (mass 1 each), for a shared pool read through a mask; and uniform weights give mass 1
+    (log 0) at every selected row, 0 off them."""
+    dyn = _dynamics("gsr", prototypes=8, pool_capacity=8, route_k=4)
+    head, pool = dyn.integrator.kick_head, dyn.prototypes
+    bank = pool.force_bank()  # [1, 8]
+    keep = torch.zeros(3, 8, dtype=torch.bool)
+    keep[:, [1, 4, 6]] = True
+    log_mass = torch.zeros(3, 8, dtype=torch.float64)
+    log_mass[:, 4] = torch.log(torch.tensor(2.0, dtype=torch.float64))
+    weighted = head.prepare(bank).within(keep, log_mass)
+    twice = head.prepare(bank.take(torch.tensor([[1, 4, 4, 6]] * 3), torch.ones(3, 4).bool()))
+    z = geoopt.PoincareBall().expmap0(0.5 * torch.randn(3, 4, dtype=torch.float64))
+    features = torch.cat([z, geoopt.PoincareBall().logmap0(z)], -1)
+    queries = CovariantQueries(z, features)
+    torch.testing.assert_close(head(queries, weighted)[0], head(queries, twice)[0])
+    for one, other in zip(
+        head.scalar_output_gradient(queries, weighted)[:3],
+        head.scalar_output_gradient(queries, twice)[:3],
+        strict=True,
+    ):
+        torch.testing.assert_close(one, other, rtol=1e-10, atol=1e-12)
+    uniform = Selection(
+        torch.tensor([[2, 5]]), torch.tensor([[True, False]]), torch.full((1, 2), 0.5)
+    )
+    assert torch.equal(uniform.log_mass(7), torch.zeros(1, 7, dtype=torch.float32))
+    skewed = Selection(
+        torch.tensor([[2, 5]]), torch.ones(1, 2).bool(), torch.tensor([[0.75, 0.25]])
+    )
+    expected = torch.zeros(1, 7)
+    expected[0, 2], expected[0, 5] = torch.log(torch.tensor(1.5)), torch.log(torch.tensor(0.5))
+    torch.testing.assert_close(skewed.log_mass(7), expected)
+
+
+def test_a_learned_sphere_map_is_trained_through_the_routing_masses():
+    """phi_C (sphere_map 'learned'): a training step's loss reaches the map's parameters only
+    through the GSR masses in the heads (positions are routed detached); phi_B has none."""
+    dyn = _dynamics("gsr", prototypes=10, pool_capacity=12, route_k=4, sphere_map="learned")
+    state = dyn.encode(torch.randn(3, 6, dtype=torch.float64))
+    after = dyn.next(state, torch.randn(3, 2, dtype=torch.float64), dyn.train().context(state))
+    (after.z.square().sum() + after.p.square().sum()).backward()
+    grads = [p.grad for p in dyn.prototypes.sphere_map.parameters()]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+    assert not list(_dynamics("gsr").prototypes.sphere_map.parameters())
+    with pytest.raises(ValueError, match="sphere_map must be one of"):
+        RoutedPoolConfig(sphere_map="norm")
 
 
 def test_training_reads_only_the_routed_rows_and_counts_their_use():
@@ -148,7 +207,7 @@ def test_idle_prototypes_are_pruned_and_counted():
     pool = RoutedPrototypePool(2, cfg).train()
     z = pool.pool.centroids.detach()[:1] * 0.999  # routes to row 0 and its neighbour
     for _ in range(4):  # 4 updates of 4 samples: rows never routed to go idle
-        index, _ = pool.route(z.expand(4, -1))
+        index, _, _ = pool.route(z.expand(4, -1))
         pool.genesis(z.expand(4, -1), torch.ones(4))
     kept = set(index.flatten().tolist())
     assert set(torch.nonzero(pool.pool.active).flatten().tolist()) == kept
@@ -185,6 +244,6 @@ def test_a_pool_smaller_than_route_k_is_read_whole():
     every root reads the 8, each once."""
     dyn = _dynamics("gsr", prototypes=8, pool_capacity=12, route_k=16)
     z = geoopt.PoincareBall().expmap0(0.5 * torch.randn(5, 4, dtype=torch.float64))
-    index, valid = dyn.prototypes.route(z)
+    index, valid, _ = dyn.prototypes.route(z)
     assert index.shape == (5, 8) and valid.all()
     assert all(sorted(row) == list(range(8)) for row in index.tolist())
