@@ -354,6 +354,8 @@ def test_a_short_run_per_memory_operator_logs_the_memory(tmp_path, operator, rou
     assert 0 < entries <= 16
     (gate,) = [v for _, v in scalars(events, "diagnostics/memory_gate")][-1:]
     assert gate != 0.0  # 15 updates moved it off its start
+    (screened,) = [v for _, v in scalars(events, "diagnostics/node70_memory_screened_mass")][-1:]
+    assert 0 < screened <= 1  # node 70 sees the memory's entries
     routed = ("prototypes_active", "prototype_spawns", "prototype_prunes", "routing_entropy")
     routed += ("routing_topk_mass", "gsr_bound")
     assert all((f"diagnostics/{tag}" in tags) == (routing == "gsr") for tag in routed)

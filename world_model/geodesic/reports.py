@@ -12,6 +12,7 @@ from torch import Tensor
 
 from geometry import poincare
 from world_model import diagnostics as nodes
+from world_model.memory.episodic import MemoryBank
 from world_model.memory.routed_prototypes import RoutedPrototypePool
 from world_model.model import Dynamics, LatentState
 
@@ -93,7 +94,9 @@ def diagnostics(
     confinement, chirality strength, the largest |z|; histograms of |z| and tau(z); with an
     episodic memory its gate and, from the batch's memories, memory_entries (per sample),
     memory_transitions (distinct), memory_bytes (their raw float32 storage) and
-    memory_residual_norm (the mean |f_hat| of the entries); with a routed prototype pool,
+    memory_residual_norm (the mean |f_hat| of the entries), node70_memory_screened_mass (node 70
+    for the memory's texture-level entries: EpisodicMemory.screened_mass at the query states);
+    with a routed prototype pool,
     prototypes_active, prototype_spawns, prototype_prunes, routing_entropy, routing_topk_mass
     and gsr_bound at the query states (RoutedPrototypePool.routing_report)."""
     reports, state = node_reports(dyn, batch, value_fn, max_states)
@@ -109,6 +112,13 @@ def diagnostics(
         bank = dyn.memory_bank(memory)
         if bank is not None and bank.mask.any():
             scalars["memory_residual_norm"] = float(bank.values.norm(dim=-1)[bank.mask].mean())
+            n = state.z.shape[0]  # the query states are the batch's first samples
+            rows = MemoryBank(bank.keys[:n], bank.values[:n], bank.mask[:n])
+            held = rows.mask.any(-1)
+            tension = kick.memory_tension(dyn.integrator)
+            mass = dyn.integrator.memory.screened_mass(state.z, rows, tension)
+            if bool(held.any()):
+                scalars["node70_memory_screened_mass"] = float(mass[held].mean())
     return scalars, histograms
 
 

@@ -44,7 +44,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from geometry import potentials
+from geometry import poincare, potentials
 
 __all__ = ["MemoryOperator", "MemoryInputs", "MemoryBank", "EpisodicMemory", "empirical_residual"]
 
@@ -133,3 +133,14 @@ class EpisodicMemory(nn.Module):
         Both 0 for a sample without entries. `tension`: the area law's sigma."""
         phi, force = potentials.inverse_distance_patches(z, *bank, self.eps, tension=tension)
         return self.gate * phi, self.gate * force
+
+    def screened_mass(self, z: Tensor, bank: MemoryBank, tension: Tensor | float) -> Tensor:
+        """Node 70 for the memory's entries (texture-level, screened by the area law): the
+        fraction of the inverse-distance kernel's mass at z that screening lets through,
+        sum_i k_i exp(-sigma d_i^2 / 2) / sum_i k_i with k_i = (d_H(z, z_i)^2 + eps)^-1 over
+        the held entries (1: unscreened; small: the episode's entries far from z are confined).
+        z [B, d] with a bank of batch B or 1 -> [B]; 0 for a sample without entries."""
+        d2 = poincare.dist(z.unsqueeze(-2), bank.keys).square()  # [B, C]
+        kernel = (d2 + self.eps).reciprocal() * bank.mask
+        passed = (kernel * torch.exp(-0.5 * tension * d2)).sum(-1)
+        return passed / kernel.sum(-1).clamp_min(torch.finfo(z.dtype).tiny)

@@ -169,6 +169,27 @@ def test_near_an_entry_the_read_is_a_gradient_and_float32_keeps_float64s_accurac
         assert float((low.double() - high).norm() / high.norm()) < 1e-5
 
 
+def test_node_70s_screened_mass_of_the_memory_in_closed_form():
+    """EpisodicMemory.screened_mass: 1 without tension; for one entry exp(-sigma d^2 / 2) with
+    d geoopt's distance; for several, the kernel-weighted mean of those factors; 0 with no
+    entry; and it falls as the tension grows."""
+    ball = geoopt.PoincareBall()
+    memory = EpisodicMemory(eps=0.3).double()
+    z = ball.expmap0(0.4 * torch.randn(3, 4, dtype=torch.float64))
+    keys = ball.expmap0(0.6 * torch.randn(3, 5, 4, dtype=torch.float64))
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1, 1:] = False  # one entry
+    mask[2] = False  # none
+    bank = MemoryBank(keys, torch.zeros_like(keys), mask)
+    torch.testing.assert_close(memory.screened_mass(z, bank, 0.0)[:2], torch.ones(2).double())
+    d2 = ball.dist(z.unsqueeze(1), keys).square()  # [3, 5]
+    got = memory.screened_mass(z, bank, 0.7)
+    torch.testing.assert_close(got[1], torch.exp(-0.35 * d2[1, 0]))
+    kernel = 1.0 / (d2[0] + 0.3)
+    torch.testing.assert_close(got[0], (kernel * torch.exp(-0.35 * d2[0])).sum() / kernel.sum())
+    assert got[2] == 0.0 and memory.screened_mass(z, bank, 3.0)[0] < got[0]
+
+
 @pytest.mark.parametrize("held", [True, False])
 def test_a_shared_bank_read_by_all_rows_at_once_equals_each_row_reading_its_copy(held):
     """A plan's root bank (batch 1) is read as one call with the rows as its queries; each row's
