@@ -6,8 +6,13 @@
 Checks `--commit` out into a temporary git worktree and runs `python -m benchmarks.agent_step_cost`
 (the commit's own copy there, this tree's here) alternately, old and new in turn (the order
 flips every pair: these machines are noisy), `--pairs` times each. Prints, per world model, the
-ms per update and per plan of every run and the median of the per-pair ratios new / old. Other
+ms per update and per plan of every run and the median of the per-pair ratios new / old. With
+`--within ROW` also the median of the ratios new / old of each row's cost relative to ROW's in
+the same run (ROW timed beside it in one process: what slows the whole machine cancels). Other
 arguments go to agent_step_cost.py as they are (both trees must accept them).
+
+    python -m benchmarks.cost_against_commit --commit db67ce9 --pairs 2 --clock cpu \
+        --variant fixed geodesic F.toml --variant mission geodesic M.toml --within fixed
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ def main() -> int:
     parser.add_argument("--commit", required=True)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3, help="rounds inside each run")
+    parser.add_argument(
+        "--within", default=None, metavar="ROW", help="also compare each row relative to ROW"
+    )
     args, passed = parser.parse_known_args()
     extra = ["--rounds", str(args.rounds), *passed]
     runs: dict[str, list[dict]] = {"old": [], "new": []}
@@ -57,15 +65,24 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(old_tree)], check=False)  # fmt: skip
     print(f"\n{args.commit} (old) against this tree (new), {args.pairs} alternating pairs\n")
-    print("| world model | call | old ms (each run) | new ms (each run) | median new / old |")
-    print("|---|---|---|---|---:|")
+    within = f" | median new / old relative to {args.within}" if args.within else ""
+    head = "| world model | call | old ms (each run) | new ms (each run) | median new / old"
+    print(f"{head}{within} |")
+    print("|---|---|---|---|---:|" + ("---:|" if within else ""))
     for model in runs["old"][0]:
         for k, call in enumerate(("update", "plan")):
             old = [r[model][k] for r in runs["old"]]
             new = [r[model][k] for r in runs["new"]]
             ratio = statistics.median(n / o for n, o in zip(new, old, strict=True))
-            print(f"| {model} | {call} | {' / '.join(f'{v:.1f}' for v in old)} | "
-                  f"{' / '.join(f'{v:.1f}' for v in new)} | {ratio:.3f} |")  # fmt: skip
+            row = (f"| {model} | {call} | {' / '.join(f'{v:.1f}' for v in old)} | "
+                   f"{' / '.join(f'{v:.1f}' for v in new)} | {ratio:.3f} |")  # fmt: skip
+            if args.within:
+                rel = [
+                    (rn[model][k] / rn[args.within][k]) / (ro[model][k] / ro[args.within][k])
+                    for rn, ro in zip(runs["new"], runs["old"], strict=True)
+                ]
+                row += f" {statistics.median(rel):.3f} |"
+            print(row)
     return 0
 
 
