@@ -81,10 +81,10 @@ def inverse_distance_patches(
 
     z [B, d]; keys [Bk, C, d] and slopes [Bk, C, d] with Bk = B or 1 (one bank for every
     query); mask [Bk, C] (False: no entry). -> (Phi [B], force [B, d]); both 0 for a query whose
-    bank holds no entry. Finite at z = z_i (d / |(-z) (+) z_i| -> 2). Every [B, C, d] quantity
-    is a matrix product (the offsets (-z) (+) z_i enter only through their weighted sum, below):
-    the plan's reads cost 1.15x the fixed table's with the [B, C, d] offsets formed explicitly
-    (docs/measurements.md)."""
+    bank holds no entry. Finite at z = z_i (d / |(-z) (+) z_i| -> 2). The offsets
+    (-z) (+) z_i enter only through their weighted sum, so a shared bank (a plan's root) is read
+    by matrix products with no [B, C, d] tensor (eager: 0.35x the explicit offsets' time at
+    B = 256, C = 64, d = 16; compiled plans fuse either form: docs/measurements.md)."""
     shared = keys.shape[0] == 1 and z.shape[0] != 1  # one bank for every row: plain matmuls
     t = _bank_t(z, keys, shared).clamp_min(torch.finfo(z.dtype).tiny)  # [B, C]
     d2 = P.dist_from_t(t).square()  # d_H(z, z_i)^2 [B, C]
