@@ -60,7 +60,7 @@ from world_model.model import EpisodeInputs, WorldModel, WorldModelConfig
 WARM = 100  # steps of the episode before the open-loop test (the memory holds them)
 TEST = 50  # open-loop steps scored
 DRIFT = (200, 1000)  # steps of the energy-drift rollout: its drift after each
-GEODESIC = ("none", "routed", "dense", "routed-dense", "routed-dense-curl", "routed-dense-phic")
+GEODESIC = ("none", "routed", "dense", "routed-dense", "routed-dense-curl")
 GRU_LRS = (3e-3, 1e-2)
 
 
@@ -85,8 +85,7 @@ def episodes(n: int, seed: int, redraw: bool = True) -> tuple[torch.Tensor, torc
 def build(name: str, capacity: int = WARM) -> WorldModel:
     """A geodesic model: `name` in GEODESIC (none: the fixed table; routed: the DMG pool; dense:
     the episodic memory over the fixed table; routed-dense: the memory over the DMG pool, the
-    agent's default; routed-dense-curl: the default with the Boris kick's learned curl;
-    routed-dense-phic: the default with GSR's learned sphere map phi_C)."""
+    agent's default; routed-dense-curl: the default with the Boris kick's learned curl)."""
     dt = make_config("default").dt
     memory = "dense" if "dense" in name else "none"
     routing = "gsr" if "routed" in name else "dense"
@@ -106,7 +105,6 @@ def build(name: str, capacity: int = WARM) -> WorldModel:
                 memory=memory,
                 memory_capacity=capacity,
                 routing=routing,
-                sphere_map="learned" if name.endswith("-phic") else "stereographic",
                 spawn_window=1024,  # 32 updates of 32
                 prune_idle=100,
             ),

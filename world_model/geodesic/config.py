@@ -42,7 +42,6 @@ Force = Literal["potential", "field"]
 Control = Literal["linear", "mlp"]
 PotentialGradient = Literal["closed_form", "autograd"]
 Routing = Literal["dense", "gsr"]
-SphereMap = Literal["stereographic", "learned"]
 
 
 def _at_least(where: str, obj: Any, names: tuple[str, ...], low: int) -> None:
@@ -136,10 +135,6 @@ class ContextConfig:
     route_k: int = 16
     """prototypes each rollout reads under routing 'gsr' (GSR's top-K; at most `prototypes`,
     those active at the start: a smaller pool reads them all)"""
-    sphere_map: SphereMap = "stereographic"
-    """GSR's map of roots and prototypes onto the sphere (seed 000 §8.2): 'stereographic'
-    (phi_B, the inverse stereographic map onto S^d) or 'learned' (phi_C = MLP(log_0 c) / |MLP|,
-    trained through the routing weights' masses in the heads)"""
     spawn_sigmas: float = 3.0
     """DMG spawns where a sample's one-step error, relative to its batch's mean, exceeds
     1 + spawn_sigmas * (its window's std) + the surprise rate"""

@@ -101,7 +101,6 @@ def _routed_pool(cfg: GeodesicConfig) -> RoutedPrototypePool:
             window=banks.spawn_window,
             prune_idle=banks.prune_idle,
             max_norm=cfg.max_norm,
-            sphere_map=banks.sphere_map,
         ),
     )
 

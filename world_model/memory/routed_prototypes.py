@@ -7,8 +7,8 @@ through GSR (seed 000 §8.2, §9, §10), the alternative to the fixed table of p
   [force keys | force values | correction keys | correction values], each `feature_dim` wide.
 - Routing (GSR, §10): a rollout's root position z (one per training sample, one per planning
   call) and the centroids are mapped to the sphere S^d by the inverse stereographic map phi_B
-  (§8.2; injective, unlike phi_A = c/|c|, which merges prototypes along a ray; or by phi_C,
-  a learned map, trained through the masses below: `sphere_map`); the K active
+  (§8.2; injective, unlike phi_A = c/|c|, which merges prototypes along a ray; the learned
+  phi_C, trained through the masses below, read worse: docs/measurements.md); the K active
   prototypes of largest SIDA weight w_e ∝ (d_S(q, c_e)^2 + eps)^-1 are the rollout's macro
   entries. Every step of the rollout reads those K entries, each weighted by its SIDA weight
   (§10.1's o(q) = sum_{e in S(q)} w_e v_e, read by the covariant heads: entry e enters their
@@ -39,23 +39,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from geometry import sphere
 from world_model import sharding
 from world_model.attention.context import MACRO_LEVEL, ContextBank
 
 from .dmg import DMGConfig, DynamicMemoryGenesis
-from .routing import (
-    CrossGeometricMap,
-    CrossGeometricMapConfig,
-    MemoryPool,
-    PoolConfig,
-    hard_routing,
-    sida_logits,
-    soft_routing,
-)
+from .routing import MemoryPool, PoolConfig, hard_routing, sida_logits, soft_routing
 
-__all__ = ["SPHERE_MAPS", "RoutedPoolConfig", "Selection", "RoutedPrototypePool"]
-
-SPHERE_MAPS = ("stereographic", "learned")  # seed 000 §8.2's phi_B and phi_C
+__all__ = ["RoutedPoolConfig", "Selection", "RoutedPrototypePool"]
 
 
 @dataclass
@@ -82,8 +73,6 @@ class RoutedPoolConfig:
     """prune a prototype not routed to for this many updates (and at least as old)"""
     max_norm: float = 0.999
     """centroids are kept at |c| <= max_norm"""
-    sphere_map: str = "stereographic"
-    """the map onto the sphere: 'stereographic' (phi_B) or 'learned' (phi_C, §8.2)"""
 
     def __post_init__(self) -> None:
         for name in ("capacity", "initial", "k", "feature_dim", "window", "prune_idle"):
@@ -96,10 +85,6 @@ class RoutedPoolConfig:
             )
         if self.k > self.capacity:
             raise ValueError(f"RoutedPoolConfig.k ({self.k}) must be <= capacity ({self.capacity})")
-        if self.sphere_map not in SPHERE_MAPS:
-            raise ValueError(
-                f"RoutedPoolConfig.sphere_map must be one of {SPHERE_MAPS}, got {self.sphere_map!r}"
-            )
         for name in ("eps", "spawn_sigmas", "init_scale"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v < float("inf")):
@@ -162,9 +147,6 @@ class RoutedPrototypePool(nn.Module):
             self.pool.values.mul_(scale)
         self.dmg = DynamicMemoryGenesis(cfg.dmg(1))  # its rule is set per update (genesis)
         self.register_buffer("prunes", torch.zeros((), dtype=torch.int64))
-        self.sphere_map = CrossGeometricMap(  # phi_C onto S^d too, as phi_B
-            dim, CrossGeometricMapConfig(cfg.sphere_map, out_dim=dim + 1)
-        )
 
     # ------------------------------------------------------------------ reading
 
@@ -193,22 +175,20 @@ class RoutedPrototypePool(nn.Module):
         return self._bank(1)
 
     def logits(self, z: Tensor) -> Tensor:
-        """SIDA logits of the roots z [B, d] over the pool [B, C] (-inf: inactive). Positions
-        are not trained through the routing; a learned map (phi_C) is, through the masses."""
+        """SIDA logits of the roots z [B, d] over the pool [B, C] (-inf: inactive)."""
         pool = self.pool
-        q = self.sphere_map(z.detach())
-        c = self.sphere_map(pool.centroids.detach())
+        q = sphere.ball_to_sphere_stereographic(z.detach())  # routing is not trained through
+        c = sphere.ball_to_sphere_stereographic(pool.centroids.detach())
         return sida_logits(q, c, self.config.eps, pool.active)
 
     def route(self, z: Tensor) -> Selection:
         """GSR's top-K at the roots z [B, d]. A selection for a training loss (train mode, with
         gradients) counts as a use; planning, diagnostics and the memory's residuals do not."""
         counts = self.training and torch.is_grad_enabled()
-        # the weights keep a learned map's gradient (the selection itself has none)
-        index, weights = hard_routing(self.logits(z), self.config.k)  # [B, K] each
-        if counts:  # a data-parallel update counts every rank's samples (sharding.py)
-            used = sharding.gather(weights.detach())
-            self.dmg.record_use(self.pool, sharding.gather(index), used)
+        with torch.no_grad():
+            index, weights = hard_routing(self.logits(z), self.config.k)  # [B, K] each
+            if counts:  # a data-parallel update counts every rank's samples (sharding.py)
+                self.dmg.record_use(self.pool, sharding.gather(index), sharding.gather(weights))
         return Selection(index.clamp_min(0), index >= 0, weights)
 
     @torch.no_grad()

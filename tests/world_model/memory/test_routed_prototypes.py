@@ -149,20 +149,6 @@ def test_a_gsr_mass_counts_as_that_many_coincident_entries():
     torch.testing.assert_close(skewed.log_mass(7), expected)
 
 
-def test_a_learned_sphere_map_is_trained_through_the_routing_masses():
-    """phi_C (sphere_map 'learned'): a training step's loss reaches the map's parameters only
-    through the GSR masses in the heads (positions are routed detached); phi_B has none."""
-    dyn = _dynamics("gsr", prototypes=10, pool_capacity=12, route_k=4, sphere_map="learned")
-    state = dyn.encode(torch.randn(3, 6, dtype=torch.float64))
-    after = dyn.next(state, torch.randn(3, 2, dtype=torch.float64), dyn.train().context(state))
-    (after.z.square().sum() + after.p.square().sum()).backward()
-    grads = [p.grad for p in dyn.prototypes.sphere_map.parameters()]
-    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
-    assert not list(_dynamics("gsr").prototypes.sphere_map.parameters())
-    with pytest.raises(ValueError, match="sphere_map must be one of"):
-        RoutedPoolConfig(sphere_map="norm")
-
-
 def test_training_reads_only_the_routed_rows_and_counts_their_use():
     dyn = _dynamics("gsr", prototypes=16, pool_capacity=24, route_k=3)
     state = dyn.encode(torch.randn(2, 6, dtype=torch.float64))
