@@ -344,6 +344,13 @@ def _patches(i: Leaves):
     return potentials.inverse_distance_patches(i.x, keys, slopes, mask, 1e-3, tension=tension)
 
 
+def _boris(i: Leaves):
+    """A pure-curl kick at x of the momentum v, the 2-form built from the tangent draws
+    (F = v w^T - w v^T, antisymmetric), strong enough to rotate p by O(1) away from the edge."""
+    form = 4.0 * (i.v.unsqueeze(-1) * i.w.unsqueeze(-2) - i.w.unsqueeze(-1) * i.v.unsqueeze(-2))
+    return langevin.boris_rotation(i.x, i.v, form, 0.5)
+
+
 def _reach_contract(i: Leaves, outs: tuple[Tensor, ...]) -> Tensor:
     """proxy_geodesic_reach: a finite reach >= 0, or +inf (the ray leaves the ball first)."""
     r = outs[0].detach()
@@ -726,6 +733,7 @@ def _cases() -> list[Case]:
     ]
     langevin_rows = [
         c("langevin.ou_step", _ou, "langevin.ou_coefficients", "langevin.ou_step"),
+        c("langevin.boris_rotation", _boris),
         *(
             c(
                 f"langevin.drift_step[{drift}]",
