@@ -101,7 +101,9 @@ def boris_rotation(z: Tensor, p: Tensor, two_form: Tensor, t: float) -> Tensor:
     A = t Omega / 2: orthogonal, so |p|_G (= |p| / lambda at fixed z) is preserved exactly, as
     the exact flow does (a magnetic force does no work). Solved as the SPD system
     (I - A^2) p' = (I + A)^2 p (I - A^2 = I + A^T A; (I - A) and (I + A) commute) by Cholesky:
-    no LU. z, p [..., d], two_form [..., d, d] -> p' [..., d]."""
+    no LU. That form squares A's condition: in float32 the identity is lost beside A^2 once
+    |A| ~ 1e3 (a rotation by nearly pi per half-kick; a learned curl's F is bounded by its
+    weights). z, p [..., d], two_form [..., d, d] -> p' [..., d]."""
     a = (0.5 * t) * P.inverse_metric_factor(z).unsqueeze(-1) * two_form  # A [..., d, d]
     ap = (a @ p.unsqueeze(-1)).squeeze(-1)  # A p
     rhs = p + 2.0 * ap + (a @ ap.unsqueeze(-1)).squeeze(-1)  # (I + A)^2 p

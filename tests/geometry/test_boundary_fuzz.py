@@ -345,9 +345,11 @@ def _patches(i: Leaves):
 
 
 def _boris(i: Leaves):
-    """A pure-curl kick at x of the momentum v, the 2-form built from the tangent draws
-    (F = v w^T - w v^T, antisymmetric), strong enough to rotate p by O(1) away from the edge."""
-    form = 4.0 * (i.v.unsqueeze(-1) * i.w.unsqueeze(-2) - i.w.unsqueeze(-1) * i.v.unsqueeze(-2))
+    """A pure-curl kick at x of the momentum v (any size), the 2-form built from the unit
+    directions (F = 4 (ux uy^T - uy ux^T): a learned curl's F is bounded by its weights; the SPD
+    solve squares |A|, geometry.langevin.boris_rotation), rotating p by O(1) near the origin."""
+    ux, uy = i.ux, i.uy
+    form = 4.0 * (ux.unsqueeze(-1) * uy.unsqueeze(-2) - uy.unsqueeze(-1) * ux.unsqueeze(-2))
     return langevin.boris_rotation(i.x, i.v, form, 0.5)
 
 
