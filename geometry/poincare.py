@@ -177,11 +177,11 @@ def pairwise_t(x: Tensor, y: Tensor) -> Tensor:
     the backward pass. x [..., N, d], y [..., M, d] -> [..., N, M]."""
     acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype
     xa, ya = x.to(acc), y.to(acc)  # [..., N, d], [..., M, d]
+    x2, y2 = sqnorm(xa), sqnorm(ya)  # [..., N, 1], [..., M, 1]
     floor = torch.finfo(x.dtype).eps  # as one_minus_sqnorm for x.dtype
-    ax = (1.0 - sqnorm(xa)).clamp_min(floor)  # [..., N, 1]
-    ay = (1.0 - sqnorm(ya)).clamp_min(floor)  # [..., M, 1]
-    left = torch.cat([sqnorm(xa) / ax, 1.0 / ax, xa / ax], dim=-1)  # [..., N, d + 2]
-    right = torch.cat([1.0 / ay, sqnorm(ya) / ay, -2.0 * ya / ay], dim=-1)  # [..., M, d + 2]
+    ax, ay = (1.0 - x2).clamp_min(floor), (1.0 - y2).clamp_min(floor)
+    left = torch.cat([x2 / ax, 1.0 / ax, xa / ax], dim=-1)  # [..., N, d + 2]
+    right = torch.cat([1.0 / ay, y2 / ay, -2.0 * ya / ay], dim=-1)  # [..., M, d + 2]
     return (left @ right.transpose(-1, -2)).to(x.dtype)  # [..., N, M]
 
 

@@ -309,40 +309,26 @@ class PreparedContext:
             ts = [getattr(p, name) for p in parts]
             return torch.cat([t.expand(batch, *t.shape[1:]) for t in ts], dim=1)
 
-        masks = None
-        if any(p.mask is not None for p in parts):
-            masks = torch.cat(
-                [
-                    (
-                        p.mask
-                        if p.mask is not None
-                        else torch.ones(
-                            p.positions.shape[:2], dtype=torch.bool, device=p.positions.device
-                        )
-                    ).expand(batch, -1)
-                    for p in parts
-                ],
-                dim=1,
-            )
+        def joined_rows(name: str, fill: bool | float) -> Tensor | None:
+            """An optional per-entry field [1 or B, N_i] of the parts (mask, log_mass), joined
+            as [B, N]: a part without it reads `fill` at each entry; None when no part has it."""
+            rows = [getattr(p, name) for p in parts]
+            given = next((r for r in rows if r is not None), None)
+            if given is None:
+                return None
+            rows = [
+                r if r is not None else given.new_full(p.positions.shape[:2], fill)
+                for r, p in zip(rows, parts, strict=True)
+            ]
+            return torch.cat([r.expand(batch, -1) for r in rows], dim=1)
+
+        masks = joined_rows("mask", True)
         offsets = [0]
         for p in parts:
             offsets.append(offsets[-1] + p.positions.shape[1])
         charged_index = torch.cat(
             [o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)]
         )
-        log_mass = None
-        if any(p.log_mass is not None for p in parts):
-            log_mass = torch.cat(
-                [
-                    (
-                        p.log_mass
-                        if p.log_mass is not None
-                        else p.positions.new_zeros(p.positions.shape[:2])
-                    ).expand(batch, -1)
-                    for p in parts
-                ],
-                dim=1,
-            )
         blocks = None  # contract part by part only where a shared part meets a per-sample one
         if len({p.batch_size for p in parts}) > 1:
             blocks = tuple(blk for p in parts for blk in (p.blocks or ((p.keys, p.values),)))
@@ -357,7 +343,7 @@ class PreparedContext:
             charged=any(p.charged for p in parts),
             charged_index=charged_index,
             blocks=blocks,
-            log_mass=log_mass,
+            log_mass=joined_rows("log_mass", 0.0),
             _parts=tuple(parts),
         )
 

@@ -120,16 +120,18 @@ class Selection(NamedTuple):
         the K: equal weights give 0, the selection alone), 0 elsewhere (masked out by `mask`)."""
         k = self.index.shape[-1]
         log_m = torch.log((k * self.weights).clamp_min(torch.finfo(self.weights.dtype).tiny))
-        out = torch.zeros(self.index.shape[0], rows + 1, dtype=log_m.dtype, device=log_m.device)
-        index = torch.where(self.valid, self.index, rows)  # an invalid slot: the spare column
-        return out.scatter_(1, index, log_m.masked_fill(~self.valid, 0.0))[:, :rows]
+        return self._on_rows(log_m, rows)
 
     def mask(self, rows: int) -> Tensor:
         """[B, rows] bool: True at each root's valid selected rows of a pool of `rows`."""
-        b = self.index.shape[0]
-        keep = torch.zeros(b, rows + 1, dtype=torch.bool, device=self.index.device)
-        # an invalid slot writes into the spare last column (its index may repeat a valid one)
-        return keep.scatter_(1, torch.where(self.valid, self.index, rows), True)[:, :rows]
+        return self._on_rows(torch.ones_like(self.valid), rows)
+
+    def _on_rows(self, values: Tensor, rows: int) -> Tensor:
+        """values [B, K] written at each root's selected rows of a pool of `rows`: [B, rows],
+        zero (False) elsewhere. An invalid slot writes into a spare last column, dropped (its
+        index may repeat a valid one)."""
+        out = values.new_zeros(self.index.shape[0], rows + 1)
+        return out.scatter_(1, torch.where(self.valid, self.index, rows), values)[:, :rows]
 
 
 class RoutedPrototypePool(nn.Module):
