@@ -184,6 +184,47 @@ def test_proxy_reach_against_the_seeds_confinement_radius():
     assert float(P.dist(z, z + lo * u)) == pytest.approx(reach[(1.0, 0.5, "inward")], abs=1e-9)
 
 
+def test_reaches_and_widths_at_any_eps_direction_length_and_batch_shape():
+    """The radii honour eps (not only e^-1, where 2 log(1/eps) = 2 / log(1/eps)), the reach a
+    direction of any length (only its direction counts), and every function keeps the batch
+    dims [A, B] of z [A, B, d] element by element; eps outside (0, 1) is refused."""
+    for eps in (0.0, 1.0):
+        with pytest.raises(ValueError, match="eps must lie in"):
+            S.confinement_radius(1.0, eps=eps)
+    sigma, eps = 5.0, 1e-3
+    radius = S.confinement_radius(torch.tensor([sigma], dtype=F64), eps)
+    assert float(radius) == pytest.approx(math.sqrt(2 * math.log(1 / eps) / sigma))
+    z = ball_points(12, 3, 0.9, seed=11).reshape(4, 3, 3)
+    direction = torch.randn(4, 3, 3, dtype=F64, generator=torch.Generator().manual_seed(4))
+    direction = direction * torch.tensor([0.01, 1.0, 30.0], dtype=F64).view(1, 3, 1)
+    u = direction / direction.norm(dim=-1, keepdim=True)
+    t = S.proxy_euclidean_reach(z, sigma, eps)  # the proxy falls to eps at z + t u
+    assert t.shape == (4, 3)
+    factor = S.screening_factor(S.string_area(z, z + t.unsqueeze(-1) * u), sigma)
+    torch.testing.assert_close(factor, torch.full_like(factor, eps))
+    reach = S.proxy_geodesic_reach(z, direction, sigma, eps)
+    assert reach.shape == (4, 3)
+    for i in range(4):
+        for j in range(3):
+            one = S.proxy_geodesic_reach(z[i, j], u[i, j], sigma, eps)
+            inside = float((z[i, j] + t[i, j] * u[i, j]).square().sum()) < 1.0
+            assert math.isfinite(float(one)) == inside
+            torch.testing.assert_close(reach[i, j], one)
+            if inside:
+                hit = z[i, j] + t[i, j] * u[i, j]
+                torch.testing.assert_close(one, P.dist(z[i, j], hit))
+    assert 0 < int(torch.isfinite(reach).sum()) < reach.numel()  # both kinds of ray are here
+    # a float32 ray ending on the last float below the boundary, 1 - |z'|^2 = eps: at the
+    # floor, so inf (the distance there would only measure the floor)
+    last = torch.tensor(1.0).nextafter(torch.tensor(0.0))
+    assert float(1 - last * last) == torch.finfo(torch.float32).eps
+    edge = S.proxy_geodesic_reach(torch.zeros(1, 2), torch.tensor([[1.0, 0.0]]), 0.5 / last**2)
+    assert math.isinf(float(edge))
+    width = S.soft_mask_width(z, sigma)
+    assert width.shape == (4, 3)
+    torch.testing.assert_close(width, 1 / (math.sqrt(sigma) * 2 / (1 - z.square().sum(-1))))
+
+
 def test_soft_mask_at_three_widths_is_e_to_minus_4_5_not_e_to_minus_9():
     """Prop 105: M = exp(-|z - z'|^2 / (2 w^2)), w = 1 / (sqrt(sigma) lambda(z)); the seed
     truncates at 3 w and lists the error as O(e^-9) (Thm 104). At 3 w the mask is e^-4.5 =

@@ -44,25 +44,6 @@ def reference_decode(keys, b, br, grid, a):
     return out
 
 
-def test_pack_bits_is_a_little_endian_stream():
-    # fields of widths 1, 2, 3: 1 | 2 = 10b | 5 = 101b, then the next row 0 | 3 | 7
-    codes = torch.tensor([[1, 2, 5], [0, 3, 7]])
-    data = quantize.pack_bits(codes, torch.tensor([1, 2, 3]))
-    bits = [1, 0, 1, 1, 0, 1] + [0, 1, 1, 1, 1, 1]
-    expected = [sum(b << i for i, b in enumerate(bits[j : j + 8])) for j in (0, 8)]
-    assert data.dtype == torch.uint8 and data.tolist() == expected
-    assert quantize.unpack_bits(data, torch.tensor([1, 2, 3]), 2).tolist() == codes.tolist()
-
-
-def test_pack_unpack_round_trip_random_widths():
-    g = torch.Generator().manual_seed(1)
-    widths = torch.randint(1, 12, (9,), generator=g)
-    codes = torch.stack([torch.randint(0, 2 ** int(w), (37,), generator=g) for w in widths], -1)
-    data = quantize.pack_bits(codes, widths)
-    assert data.numel() == math.ceil(37 * int(widths.sum()) / 8)
-    assert torch.equal(quantize.unpack_bits(data, widths, 37), codes)
-
-
 @pytest.mark.parametrize("d", [8, 32, 128])
 def test_packed_size_and_ratio(d):
     keys = keys_in_ball(300, d, dtype=torch.float32)
@@ -85,15 +66,6 @@ def test_decompress_matches_a_coordinate_by_coordinate_reference(grid, a):
     got = compress(keys, 3, 5, grid=grid, direction_range=a).decompress()
     assert got.shape == keys.shape and got.dtype == keys.dtype
     torch.testing.assert_close(got, reference_decode(keys, 3, 5, grid, a), rtol=1e-12, atol=1e-12)
-
-
-def test_seed_radius_grid_has_an_extra_level_on_the_boundary():
-    r = torch.linspace(0, 1 - 1e-9, 100001, dtype=torch.float64)
-    seed = torch.round(r * 64) / 64  # the seed's grid, b_r = 6
-    assert seed.unique().numel() == 65 and seed.max() == 1.0  # 7 bits; r_hat = 1 is the boundary
-    ours = quantize.dequantize_radius(quantize.quantize_radius(r, 6), 6, torch.float64)
-    assert ours.unique().numel() == 64 and ours.max() == 1 - 2**-7
-    assert (ours - r).abs().max() <= 2**-7 + 1e-15
 
 
 def test_seed_direction_is_not_a_unit_vector_and_leaves_the_ball():
