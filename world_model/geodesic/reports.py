@@ -111,14 +111,15 @@ def diagnostics(
         scalars["memory_bytes"] = float(4 * memory.obs.shape[0] * widths)
         bank = dyn.memory_bank(memory)
         if bank is not None and bank.mask.any():
-            scalars["memory_residual_norm"] = float(bank.values.norm(dim=-1)[bank.mask].mean())
+            norms = bank.values.detach().norm(dim=-1)
+            scalars["memory_residual_norm"] = float(norms[bank.mask].mean())
             n = state.z.shape[0]  # the query states are the batch's first samples
             rows = MemoryBank(bank.keys[:n], bank.values[:n], bank.mask[:n])
             held = rows.mask.any(-1)
             tension = kick.memory_tension(dyn.integrator)
             mass = dyn.integrator.memory.screened_mass(state.z, rows, tension)
             if bool(held.any()):
-                scalars["node70_memory_screened_mass"] = float(mass[held].mean())
+                scalars["node70_memory_screened_mass"] = float(mass[held].mean().detach())
     return scalars, histograms
 
 
