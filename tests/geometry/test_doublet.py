@@ -9,9 +9,11 @@ import torch
 from geometry import lie_algebra, su2, wilson_lines
 from geometry.doublet import (
     apply_in_channels,
+    bilinear,
     chiral_gate,
     chiral_gate_vjp,
     doublet_to_realified,
+    low_rank_bilinear,
     realified_to_doublet,
 )
 from tests.conftest import ball_points
@@ -138,3 +140,27 @@ def test_chiral_gate_vjp_equals_autograd_through_the_complex_gate():
             value, grad = chiral_gate_vjp(out, proj, 2, kappa, a)
             torch.testing.assert_close(value, ref.detach(), rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_bilinear_forms_against_explicit_sums_over_a_two_dim_batch():
+    """W(a, b)^c = sum_ij W^{cij} a^i b^j, and the factorised form sum_r (U_r a)_c (V_r b)_c is the
+    bilinear form of W^{cij} = sum_r U_r^{ci} V_r^{cj}; both on a batch [2, 3] (every batch
+    position contracted on its own)."""
+    g = torch.Generator().manual_seed(7)
+    k, d, e, rank = 4, 3, 5, 2
+    weight = torch.randn(k, d, e, dtype=F64, generator=g)
+    a = torch.randn(2, 3, d, dtype=F64, generator=g)
+    b = torch.randn(2, 3, e, dtype=F64, generator=g)
+    explicit = torch.zeros(2, 3, k, dtype=F64)
+    for c in range(k):
+        for i in range(d):
+            for j in range(e):
+                explicit[..., c] += weight[c, i, j] * a[..., i] * b[..., j]
+    torch.testing.assert_close(bilinear(weight, a, b), explicit)
+    u = torch.randn(rank, k, d, dtype=F64, generator=g)
+    v = torch.randn(rank, k, d, dtype=F64, generator=g)
+    b = torch.randn(2, 3, d, dtype=F64, generator=g)
+    full = torch.einsum("rci,rcj->cij", u, v)  # [k, d, d]
+    got = low_rank_bilinear(u, v, a, b)
+    assert got.shape == (2, 3, k)
+    torch.testing.assert_close(got, bilinear(full, a, b))

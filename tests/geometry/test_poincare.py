@@ -443,6 +443,22 @@ def test_pairwise_t_is_the_distances_argument_to_float32_relative_accuracy():
     torch.testing.assert_close(P.dist_from_t(t).double(), reference, rtol=1e-5, atol=1e-9)
 
 
+def test_pairwise_t_over_a_batch_of_banks_in_every_float_dtype():
+    """x [B, N, d], y [B, M, d]: each batch element's own pairs (t = |x - y|^2 / (a_x a_y)
+    written out), in float64 and float32 (accumulated in float64 either way)."""
+    x = ball_points(6, 3, 0.9, seed=2).reshape(2, 3, 3)
+    y = ball_points(8, 3, 0.9, seed=3).reshape(2, 4, 3)
+    a_x, a_y = 1 - x.square().sum(-1), 1 - y.square().sum(-1)  # [2, 3], [2, 4]
+    explicit = (x.unsqueeze(-2) - y.unsqueeze(-3)).square().sum(-1)
+    explicit = explicit / (a_x.unsqueeze(-1) * a_y.unsqueeze(-2))  # [2, 3, 4]
+    for dtype in (torch.float64, torch.float32):
+        got = P.pairwise_t(x.to(dtype), y.to(dtype))
+        assert got.dtype == dtype and got.shape == (2, 3, 4)
+        torch.testing.assert_close(
+            got.double(), explicit, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=0
+        )
+
+
 @pytest.mark.parametrize("t", [0.0, 1e-12, 1e-8, 1e-5, 1e-3, 9.9e-3, 1.01e-2, 0.3, 20.0])
 def test_distance_over_gyro_norm_and_its_slope_across_the_series_switch(t):
     """d_H / |(-z) (+) z_i| as a function of t (the memory read's ratio) and its derivative, in
