@@ -294,6 +294,11 @@ def norm_at_most(bound: float, which: int = 0):
     return holds
 
 
+def _two_by_two(t: Tensor) -> Tensor:
+    """[..., 4] -> [..., 2, 2]."""
+    return t.unflatten(-1, (2, 2))
+
+
 def _connection(i: Leaves, group: lie_algebra.GaugeGroup = GROUP):
     gens = group.generators(F32)
     c0 = i.param(D, gens.shape[0], scale=0.5)
@@ -439,7 +444,7 @@ def _chiral_gate_vjp(i: Leaves) -> tuple[Tensor, Tensor]:
 
 
 def _ou(i: Leaves) -> Tensor:
-    c1, c2 = langevin.ou_coefficients(i.s[:, None], 0.1, 0.5)
+    c1, c2 = langevin.ou_coefficients(i.s[..., None], 0.1, 0.5)
     return langevin.ou_step(i.x, i.v, c1, c2, i.w)
 
 
@@ -540,13 +545,13 @@ def _cases() -> list[Case]:
         c("su2.chiral_projector", lambda i: su2.chiral_projector(i.lift(i.v, 3))[0]),
         c(
             "su2.commitment_strength",
-            lambda i: su2.commitment_strength(i.lift(i.w, 4).view(-1, 2, 2), _projector(i)),
+            lambda i: su2.commitment_strength(_two_by_two(i.lift(i.w, 4)), _projector(i)),
         ),
     ]
     gauge_rows = [
         c(
             "lie_algebra.realify",
-            lambda i: lie_algebra.realify(torch.complex(i.v, i.w).view(-1, 2, 2)),
+            lambda i: lie_algebra.realify(_two_by_two(torch.complex(i.v, i.w))),
         ),
         c("wilson_lines.affine_connection", lambda i: _connection(i)[0](i.x, i.v)),
         c(
@@ -721,7 +726,7 @@ def _cases() -> list[Case]:
         ),
         c(
             "screening.proxy_geodesic_reach",
-            lambda i: screening.proxy_geodesic_reach(i.x, i.s[:, None] * i.uy, SIGMA),
+            lambda i: screening.proxy_geodesic_reach(i.x, i.s[..., None] * i.uy, SIGMA),
             contract=_reach_contract,
             allow_inf=True,
         ),
@@ -863,6 +868,61 @@ def test_the_draws_reach_the_bound_and_both_sizes():
 def test_finite_values_and_gradients_up_to_the_boundary(case, draw):
     flags = evaluate(case, draw)
     assert not (flags.values | flags.grads | flags.contract).any(), failures(case, flags, draw)
+
+
+NOT_PER_SAMPLE = {
+    **dict.fromkeys(
+        ["pairwise_dist", "sphere.pairwise_dist", "screening.pairwise_string_area",
+         "screening.pairwise_geodesic_string_area"],
+        "all pairs of the samples with three of them",
+    ),
+    **dict.fromkeys(
+        ["potentials.gaussian_wells", "screening.weighted_string_area_grad",
+         "potentials.inverse_distance_patches", "doublet.pair_products", "doublet.pair_mixture"],
+        "banks or centres built from the samples (z [B, d] against banks [B or 1, C, d])",
+    ),
+    **dict.fromkeys(
+        ["wilson_lines.affine_segment_exponents[exp]",
+         "wilson_lines.affine_segment_exponents[path_ordered]",
+         "wilson_lines.affine_segment_exponents[magnus4]",
+         "wilson_lines.affine_segment_exponents_vjp", "wilson_lines.segmented_group_line",
+         "wilson_lines.segmented_group_line_vjp"],
+        "pieces [S, ..., G]: the sample axis second (test_wilson_lines runs a [2, 3] batch)",
+    ),
+    "quantize.pack_bits": "codes [n, m] by contract: one stream of rows",
+}  # fmt: skip
+"""Rows whose outputs are not one per sample of a [..., d] batch, and why."""
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.name not in NOT_PER_SAMPLE], ids=lambda case: case.name
+)
+def test_leading_dims_are_a_batch(case):
+    """Each row on the draws shaped [2, 3, ...] gives, sample by sample, its outputs and the
+    gradients of <outputs, cotangents> of the same draws as a batch [6, ...]: the functions
+    documented for [..., d] reduce, concatenate and broadcast over their own trailing dims only
+    (mutation testing found dim=1 written for dim=-1 invisible to [B, d] inputs)."""
+    assert set(NOT_PER_SAMPLE) <= {c.name for c in CASES}
+    draw = random_draw(6, torch.Generator().manual_seed(3), max_gap=2.0)
+    shaped = Draw(**{f.name: getattr(draw, f.name).unflatten(0, (2, 3)) for f in fields(Draw)})
+    results = []
+    for d in (draw, shaped):
+        leaves = Leaves(d)
+        outs = _flatten(case.fn(leaves))
+        diff = [_real(o) for o in outs if o.requires_grad]
+        g = torch.Generator().manual_seed(1)
+        cots = [torch.randn(o.numel(), generator=g, dtype=torch.float64) for o in diff]
+        cots = [c.view(o.shape).to(o.dtype) for c, o in zip(cots, diff, strict=True)]
+        targets = [*leaves.leaves().values(), *leaves.params]
+        grads = torch.autograd.grad(diff, targets, cots, allow_unused=True) if diff else ()
+        results.append(([o.detach() for o in outs], [g for g in grads if g is not None]))
+    (flat, flat_grads), (batched, batched_grads) = results
+    assert [o.shape[:2] for o in batched] == [(2, 3)] * len(batched)
+    for want, got in zip(flat + flat_grads, batched + batched_grads, strict=True):
+        got = _real(got).reshape(_real(want).shape)
+        scale = float(_real(want).abs().nan_to_num(posinf=0.0).max()) if want.numel() else 0.0
+        tol = 1e-5 * max(scale, 1.0) if want.is_floating_point() or want.is_complex() else 0
+        torch.testing.assert_close(got, _real(want), rtol=1e-4, atol=tol, equal_nan=True)
 
 
 # =========================================================================== what the fuzz found
