@@ -12,8 +12,12 @@ from geometry.doublet import (
     bilinear,
     chiral_gate,
     chiral_gate_vjp,
+    chiral_operator,
     doublet_to_realified,
     low_rank_bilinear,
+    masked_softmax,
+    pair_mixture,
+    pair_products,
     realified_to_doublet,
 )
 from tests.conftest import ball_points
@@ -164,3 +168,66 @@ def test_bilinear_forms_against_explicit_sums_over_a_two_dim_batch():
     got = low_rank_bilinear(u, v, a, b)
     assert got.shape == (2, 3, k)
     torch.testing.assert_close(got, bilinear(full, a, b))
+
+
+def test_pair_products_and_mixtures_on_every_path_against_einsum():
+    """<q_bi, bank_bj> and sum_j w_bij bank_bj for a shared bank (one matrix product), per-query
+    banks with one query (the broadcast form while training, a batched product without
+    gradients) and with two: values and gradients against einsum."""
+    g = torch.Generator().manual_seed(9)
+    for bc, q_len, grad in [(1, 2, True), (4, 1, True), (4, 1, False), (4, 2, True)]:
+        q = torch.randn(4, q_len, 5, generator=g, dtype=F64).requires_grad_(grad)
+        w = torch.randn(4, q_len, 3, generator=g, dtype=F64).requires_grad_(grad)
+        bank = torch.randn(bc, 3, 5, generator=g, dtype=F64).requires_grad_(grad)
+        full = bank.expand(4, -1, -1)
+        got = (pair_products(q, bank), pair_mixture(w, bank))
+        want = (torch.einsum("bik,bjk->bij", q, full), torch.einsum("bij,bjk->bik", w, full))
+        assert got[0].shape == (4, q_len, 3) and got[1].shape == (4, q_len, 5)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b)
+        if grad:
+            cot = [torch.randn(t.shape, generator=g, dtype=F64) for t in got]
+            inputs = (q, w, bank)
+            dg = torch.autograd.grad(got, inputs, cot, retain_graph=True)
+            dw = torch.autograd.grad(want, inputs, cot)
+            for a, b in zip(dg, dw, strict=True):
+                torch.testing.assert_close(a, b)
+
+
+def test_masked_softmax_is_the_softmax_of_the_allowed_entries():
+    """Over the last dim of [2, 3, 4] logits: no mask is the softmax; a mask gives the softmax
+    of the allowed entries and 0 elsewhere; a row with none allowed is all 0, never NaN."""
+    logits = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(2), dtype=F64)
+    torch.testing.assert_close(masked_softmax(logits, None), torch.softmax(logits, -1))
+    mask = torch.tensor([[True, False, True, True], [False, True, False, False],
+                         [False, False, False, False]])  # fmt: skip
+    got = masked_softmax(logits, mask)
+    for i in range(2):
+        for j in range(3):
+            allowed = mask[j].nonzero().flatten()
+            want = torch.zeros(4, dtype=F64)
+            if len(allowed):
+                want[allowed] = torch.softmax(logits[i, j, allowed], -1)
+            torch.testing.assert_close(got[i, j], want)
+
+
+def test_the_gate_reads_the_operator_it_is_given():
+    """chiral_gate and its VJP with `operator` (a rollout's cached flat Pi) use that operator:
+    the gate of proj with proj2's operator is the gate of proj2."""
+    g = torch.Generator().manual_seed(3)
+    n_c, k = 2, 16
+    out = torch.randn(5, k, generator=g, dtype=F64)
+    a = torch.randn(5, k, generator=g, dtype=F64)
+    proj, _ = su2.chiral_projector(torch.randn(5, 3, generator=g, dtype=F64))
+    proj2, _ = su2.chiral_projector(torch.randn(5, 3, generator=g, dtype=F64))
+    op2 = chiral_operator(proj2, n_c, k, F64)
+    torch.testing.assert_close(
+        chiral_gate(out, proj, n_c, 0.6, operator=op2), chiral_gate(out, proj2, n_c, 0.6)
+    )
+    for got, want in zip(
+        chiral_gate_vjp(out, proj, n_c, 0.6, a, operator=op2),
+        chiral_gate_vjp(out, proj2, n_c, 0.6, a),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want)
+    assert not torch.allclose(chiral_gate(out, proj, n_c, 0.6), chiral_gate(out, proj2, n_c, 0.6))

@@ -13,6 +13,7 @@ import torch
 from geometry import langevin as L
 from geometry import poincare as P
 from geometry import potentials
+from tests.conftest import ball_points
 
 K_SPRING, TEMP, GAMMA, H, DIM = 1.0, 0.5, 1.0, 0.1, 2
 
@@ -273,3 +274,19 @@ def test_a_boris_kick_in_baoab_conserves_energy_as_the_plain_kick_does():
 def _projected_geodesic(z, p, t, _terms, _reuse):
     z, p = L.drift_step(z, p, t, "geodesic")
     return z, p, None
+
+
+def test_hamiltonian_adds_the_potential_to_the_kinetic_energy_in_either_shape():
+    """H = Phi(z) + |p|^2 / (2 lambda(z)^2), [..., 1], whether the potential returns [...] or
+    [..., 1]; on a batch [2, 3]."""
+    z = ball_points(6, 3, 0.9, seed=4).reshape(2, 3, 3)
+    p = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    kinetic = 0.5 * p.square().sum(-1, keepdim=True) / P.conformal_factor(z).square()
+    phi = potentials.confining_potential(z)  # [2, 3]
+    for potential in (
+        potentials.confining_potential,
+        lambda x: potentials.confining_potential(x)[..., None],
+    ):
+        h = L.hamiltonian(z, p, potential)
+        assert h.shape == (2, 3, 1)
+        torch.testing.assert_close(h, phi.unsqueeze(-1) + kinetic)

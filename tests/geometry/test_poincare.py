@@ -473,3 +473,22 @@ def test_distance_over_gyro_norm_and_its_slope_across_the_series_switch(t):
     (grad,) = torch.autograd.grad(out, s)
     assert abs(float(out) - value) <= 1e-6 * value
     assert abs(float(grad) - slope) <= 1e-4 * abs(slope) + 1e-6
+
+
+def test_transported_velocity_error_is_the_metric_norm_of_geoopts_transport_error():
+    """lambda(z*)^2 |P_{z->z*} v - v*|^2 with v = G^-1 p, v* = G^-1 p*, P from geoopt's parallel
+    transport; 0 for the exact geodesic step (p* from geodesic_drift) and positive off it, on
+    a batch [2, 3]."""
+    z = ball_points(6, 3, 0.8, seed=21).reshape(2, 3, 3)
+    z_t = ball_points(6, 3, 0.8, seed=22).reshape(2, 3, 3)
+    g = torch.Generator().manual_seed(23)
+    p = torch.randn(2, 3, 3, generator=g, dtype=torch.float64)
+    p_t = torch.randn(2, 3, 3, generator=g, dtype=torch.float64)
+    lam, lam_t = P.conformal_factor(z), P.conformal_factor(z_t)
+    moved = BALL.transp(z, z_t, p / lam.square())
+    want = (lam_t.squeeze(-1) * (moved - p_t / lam_t.square()).norm(dim=-1)).square()
+    got = P.transported_velocity_error(z, p, z_t, p_t)
+    assert got.shape == (2, 3)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    z1, p1 = P.geodesic_drift(z, p, 0.3)
+    assert P.transported_velocity_error(z, p, z1, p1).abs().max() < 1e-20
