@@ -53,3 +53,23 @@ _add("geometry.lie_algebra", "_bracket_vjp", [
 _add("geometry.lie_algebra", "_bracket_vjp", [
     ("f = structure_constants(group, u.dtype, u.device)", "f = structure_constants(group, u.dtype, None)"),
 ], "device only: on a CPU-only machine (the tests' machine) None is u's device")  # fmt: skip
+_add("geometry.su2", "adjoint_rotation", [
+    ('rot = torch.einsum("aij,...jk,bkl,...il->...ab", sig, u, sig, u.conj())', 'rot = torch.einsum("AIJ,...JK,BKL,...IL->...AB", sig, u, sig, u.conj())'),
+], "einsum takes upper-case subscripts as it takes lower-case ones")  # fmt: skip
+_add("geometry.su2", "commitment_strength", [
+    ('return torch.einsum("...im,...ij,...jm->...m", psi.conj(), proj, psi).real', 'return torch.einsum("...IM,...IJ,...JM->...M", psi.conj(), proj, psi).real'),
+], "einsum takes upper-case subscripts as it takes lower-case ones")  # fmt: skip
+_add("geometry.su2", "adjoint_rotation", [
+    ("sig, _ = _pauli_and_identity(u.dtype, u.device)", "sig, _ = _pauli_and_identity(u.dtype, None)"),
+], "device only: on a CPU-only machine (the tests' machine) None is u's device")  # fmt: skip
+_add("geometry.langevin", "boris_rotation", [
+    ("a = (0.5 * t) * P.inverse_metric_factor(z).unsqueeze(-1) * two_form  # A [..., d, d]", "a = (0.5 * t) * P.inverse_metric_factor(z).unsqueeze(-2) * two_form  # A [..., d, d]"),
+], "inverse_metric_factor is [..., 1]: a unit axis before or after its last unit axis is the same [..., 1, 1]")  # fmt: skip
+_add("geometry.langevin", "boris_rotation", [
+    ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], dtype=None, device=p.device)"),
+    ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], device=p.device)"),
+], "the identity's 0s and 1s are exact in every dtype, and type promotion gives A's dtype")  # fmt: skip
+_add("geometry.langevin", "boris_rotation", [
+    ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], dtype=p.dtype, device=None)"),
+    ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], dtype=p.dtype, )"),
+], "device only: on a CPU-only machine (the tests' machine) None is p's device")  # fmt: skip

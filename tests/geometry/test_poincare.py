@@ -4,6 +4,8 @@ gradient, Hamilton's equations), and for finite float32 values/gradients up to |
 
 from __future__ import annotations
 
+import math
+
 import geoopt
 import mpmath
 import pytest
@@ -492,3 +494,35 @@ def test_transported_velocity_error_is_the_metric_norm_of_geoopts_transport_erro
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
     z1, p1 = P.geodesic_drift(z, p, 0.3)
     assert P.transported_velocity_error(z, p, z1, p1).abs().max() < 1e-20
+
+
+@pytest.mark.parametrize("radius", [0.0, 1e-3, 0.02, 0.0499, 0.0501, 0.2])
+def test_logmap0_jacobian_scalars_against_mpmath_on_both_sides_of_the_series_switch(radius):
+    """f = artanh(r) / r and g = (1 / (1 - r^2) - f) / r^2 (limits 1 and 2/3 at 0) in float64:
+    below r = 0.05 f's series to 4e-16 (every coefficient counts there) and g's to the 1e-10
+    its truncation after r^6 leaves (5.2e-11 at the switch); above it the exact forms to the
+    1e-13 g's difference allows."""
+    with mpmath.workdps(50):
+        r = mpmath.mpf(radius)
+        f = mpmath.mpf(1) if radius == 0 else mpmath.atanh(r) / r
+        g = mpmath.mpf(2) / 3 if radius == 0 else (1 / (1 - r**2) - f) / r**2
+    y = torch.zeros(1, 3, dtype=torch.float64)
+    y[0, 0] = radius
+    got_f, got_g = P.logmap0_jacobian(y)
+    rtol_f, rtol_g = (4e-16, 1e-10) if radius < 0.05 else (1e-13, 1e-13)
+    assert abs(float(got_f) - float(f)) <= rtol_f * float(f)
+    assert abs(float(got_g) - float(g)) <= rtol_g * float(g)
+
+
+def test_logmap0_on_the_boundary_and_with_a_given_jacobian():
+    """A float32 point rounded onto the boundary (|y| = 1) reads artanh at 1 - eps: finite; the
+    VJP uses the (f, g) it is given (a caller's, computed with log_0) instead of its own."""
+    y = torch.tensor([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0]])
+    f, g = P.logmap0_jacobian(y)
+    assert torch.isfinite(f).all() and torch.isfinite(g).all()
+    assert float(f[0]) == pytest.approx(math.atanh(1 - 2.0**-23), rel=1e-6)
+    w = torch.tensor([[0.3, -1.0, 2.0], [1.0, 1.0, 1.0]])
+    given = (2 * f, 3 * g)
+    want = given[0] * w + given[1] * (y * w).sum(-1, keepdim=True) * y
+    torch.testing.assert_close(P.logmap0_vjp(y, w, given), want)
+    assert not torch.allclose(P.logmap0_vjp(y, w), want)

@@ -32,6 +32,9 @@ def test_dist_matches_geoopt():
     torch.testing.assert_close(S.dist(x, y), geoopt.Sphere().dist(x, y), rtol=1e-9, atol=1e-10)
     ref = geoopt.Sphere().dist(x[:, None, :], y[None, :7, :])
     torch.testing.assert_close(S.pairwise_dist(x, y[:7]), ref, rtol=1e-9, atol=1e-10)
+    kept = S.dist(x, y, keepdim=True)
+    assert kept.shape == (128, 1)
+    torch.testing.assert_close(kept.squeeze(-1), S.dist(x, y))
 
 
 @pytest.mark.parametrize("angle", [1e-7, 1e-4, 3.14159, 3.1415926])
