@@ -45,8 +45,11 @@ __all__ = ["CompiledSteps", "pad_rows"]
 
 _logger = logging.getLogger(__name__)
 
-RECOMPILE_LIMIT = 16
-"""graphs per compiled function (kinds x batch sizes) before dynamo runs further kinds eagerly"""
+RECOMPILE_LIMIT = 64
+"""graphs per compiled function before dynamo runs further kinds eagerly. Dynamo counts the
+graphs of a function's code, not of an integrator: a process that trains several models one
+after another (benchmarks/ablation_dmc.py's three rows per seed, agent.compare's runs) reached
+16 during its second seed (2026-12-06), and its later models' new kinds ran eagerly."""
 
 INDUCTOR_OPTIONS = {"inplace_buffers": False, "cpp.enable_loop_tail_vec": False}
 """inductor passes that miscompiled the training step (module docstring)"""
