@@ -5,10 +5,12 @@ path) and for a bank per query, with masked entries, empty banks and screening."
 
 from __future__ import annotations
 
+import mpmath
 import pytest
 import torch
 
 from geometry import poincare as P
+from geometry import potentials
 from geometry.potentials import inverse_distance_patches
 from tests.conftest import ball_points
 
@@ -69,3 +71,19 @@ def test_a_shared_bank_reads_as_the_same_bank_given_to_every_query():
         )  # fmt: skip
         for got, want in zip(shared, tiled, strict=True):
             torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    unscreened = inverse_distance_patches(z, keys, slopes, mask, 1e-3)  # tension 0 by default
+    for got, want in zip(
+        unscreened, inverse_distance_patches(z, keys, slopes, mask, 1e-3, 0.0), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("t, bound", [(1e-3, 2e-13), (9.9e-3, 1e-9), (2e-2, 1e-15)])
+def test_distance_over_gyro_norm_in_float64_to_its_series_truncation(t, bound):
+    """2 asinh(sqrt t) sqrt((1 + t) / t) in float64 against mpmath: the series (below 1e-2) to
+    its truncation after t^3 (5e-14 at 1e-3, 4.8e-10 at 9.9e-3), the quotient above."""
+    with mpmath.workdps(40):
+        s = mpmath.mpf(t)
+        want = float(2 * mpmath.asinh(mpmath.sqrt(s)) * mpmath.sqrt((1 + s) / s))
+    got = float(potentials._dist_over_gyro_norm(torch.tensor(t, dtype=F64)))
+    assert abs(got - want) <= bound * want
