@@ -69,3 +69,38 @@ def test_seed_radius_grid_has_an_extra_level_on_the_boundary():
     ours = quantize.dequantize_radius(quantize.quantize_radius(r, 6), 6, torch.float64)
     assert ours.unique().numel() == 64 and ours.max() == 1 - 2**-7
     assert (ours - r).abs().max() <= 2**-7 + 1e-15
+
+
+def test_reconstruction_bound_in_numbers():
+    """|k - k_hat| <= r min(2, 2 (|u - clip_a(u)| + sqrt(d) Delta / 2)) + 2^-(b_r + 1), worked
+    by hand for keys 0.5 e1 and 0.5 (e1 + e2) / sqrt 2 at d = 4, b = 4, b_r = 6 (2^-7 from the
+    radius): seed grid, a = 1 (Delta = 2/15: 0.5 * 4/15 + 2^-7); zero grid, a = 1
+    (Delta = 1/7: 0.5 * 2/7 + 2^-7); seed grid, a = 0.5 (Delta = 1/15, clipping 0.5 on e1 and
+    sqrt 2 (1/sqrt 2 - 1/2) on the diagonal); one direction bit (Delta = 2: the min's 2 binds,
+    0.5 * 2 + 2^-7); a batch [2, 1, d] keeps its shape."""
+    keys = torch.zeros(2, 4, dtype=torch.float64)
+    keys[0, 0] = 0.5
+    keys[1, :2] = 0.5 / math.sqrt(2)
+    radius = 2.0**-7
+    diag_clip = math.sqrt(2) * (1 / math.sqrt(2) - 0.5)
+    cases = [
+        ("seed", 4, 1.0, [0.5 * 4 / 15, 0.5 * 4 / 15]),
+        ("zero", 4, 1.0, [0.5 * 2 / 7, 0.5 * 2 / 7]),
+        ("seed", 4, 0.5, [0.5 * 2 * (0.5 + 1 / 15), 0.5 * 2 * (diag_clip + 1 / 15)]),
+        ("seed", 1, 1.0, [1.0, 1.0]),
+    ]
+    for grid, bits, a, direction in cases:
+        want = torch.tensor(direction, dtype=torch.float64) + radius
+        got = quantize.reconstruction_bound(keys, bits, 6, grid, a)
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+    default = quantize.reconstruction_bound(keys.view(2, 1, 4), 4, 6, "seed")
+    assert default.shape == (2, 1)
+    torch.testing.assert_close(default.flatten(), torch.full((2,), 0.5 * 4 / 15 + radius).double())
+
+
+def test_dequantized_radius_has_the_dtype_asked_for():
+    codes = torch.tensor([0, 63])
+    for dtype in (torch.float32, torch.float64):
+        r = quantize.dequantize_radius(codes, 6, dtype)
+        assert r.dtype == dtype
+        torch.testing.assert_close(r, torch.tensor([0.5 / 64, 63.5 / 64], dtype=dtype))
