@@ -23,35 +23,28 @@ from .tables import constant_table
 __all__ = ["group_exp", "group_exp_vjp"]
 
 
-def _factor_elements(group: GaugeGroup, h: Tensor) -> tuple[Tensor | None, Tensor, Tensor]:
-    """exp of the algebra element sum_g h_g T_g, per factor: (U_C [..., N, N] or None for N = 1,
-    U_2 [..., 2, 2], phase [...] complex). h [..., G]."""
+def _factor_elements(group: GaugeGroup, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """exp of the algebra element sum_g h_g T_g, per factor, for N_f > 2 (N_f <= 2 takes the
+    quaternion form, _quaternion_element): (U_C [..., N, N], U_2 [..., 2, 2], phase [...]
+    complex). h [..., G]."""
     n = group.n_colors
     h_c, h_2, h_1 = h[..., : n * n - 1], h[..., n * n - 1 : n * n + 2], h[..., -1]
     u_2 = su2_exp(group.g_2 * h_2)
-    if n == 1:
-        u_c = None
-    elif n == 2:  # gell_mann(2) = (sigma_1, sigma_2, sigma_3)
-        u_c = su2_exp(group.g_s * h_c)
-    else:
-        lam = gell_mann(n, complex_dtype_for(h.dtype)).to(h.device)
-        gen = torch.einsum("...a,aij->...ij", (group.g_s * h_c).to(lam.dtype), lam)
-        u_c = torch.linalg.matrix_exp(-0.5j * gen)
+    lam = gell_mann(n, complex_dtype_for(h.dtype)).to(h.device)
+    gen = torch.einsum("...a,aij->...ij", (group.g_s * h_c).to(lam.dtype), lam)
+    u_c = torch.linalg.matrix_exp(-0.5j * gen)
     phi = 0.5 * group.g_1 * group.hypercharge * h_1  # [...]
     phase = torch.polar(torch.ones_like(phi), -phi)
     return u_c, u_2, phase
 
 
-def _assemble(u_c: Tensor | None, u_2: Tensor, phase: Tensor) -> Tensor:
+def _assemble(u_c: Tensor, u_2: Tensor, phase: Tensor) -> Tensor:
     """realify(U_C (x) U_2 phase) -> [..., r, r] real (colour index outer, doublet inner, as in
     gauge_generators)."""
-    if u_c is None:
-        full = u_2
-    else:
-        n = u_c.shape[-1]
-        full = (u_c[..., :, None, :, None] * u_2[..., None, :, None, :]).reshape(
-            *u_2.shape[:-2], 2 * n, 2 * n
-        )
+    n = u_c.shape[-1]
+    full = (u_c[..., :, None, :, None] * u_2[..., None, :, None, :]).reshape(
+        *u_2.shape[:-2], 2 * n, 2 * n
+    )
     return realify(full * phase[..., None, None])
 
 

@@ -307,8 +307,7 @@ def _ordered_group_product(group: GaugeGroup, pieces: Tensor) -> Tensor:
     matrices."""
     if group.n_colors > 2:
         u_c, u_2, phase = _factor_elements(group, pieces)
-        prod_c = None if u_c is None else _ordered_product(u_c)
-        return _assemble(prod_c, _ordered_product(u_2), phase.prod(dim=0))
+        return _assemble(_ordered_product(u_c), _ordered_product(u_2), phase.prod(dim=0))
     quaternions = su2_quaternion(_factor_angles(group, pieces))  # [S, ..., F, 4]
     total = _ordered_product(quaternions, quaternion_product)
     return _quaternion_element(group, total, _phase(group, pieces).sum(0))
