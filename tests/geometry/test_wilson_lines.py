@@ -228,6 +228,14 @@ def test_segmented_line_and_its_gradient_in_the_pieces(n_colors):
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
 
 
+def test_segmented_line_refuses_three_colours():
+    """The segmented line's closed form holds for SU(2)-type factors only: N_f = 3 is refused
+    with a message, not computed wrong."""
+    group = GaugeGroup(3, g_s=1.1, g_2=0.7, g_1=0.4, hypercharge=1.3)
+    with pytest.raises(ValueError, match="N_f <= 2"):
+        segmented_group_line(group, torch.zeros(2, 1, group.n_generators, dtype=F64))
+
+
 @pytest.mark.parametrize("mode", ["exp", "path_ordered", "magnus4"])
 def test_affine_segment_exponents_vjp_is_autograds_gradient(mode):
     """The closed-form VJP of the pieces' exponents in (p, q), for every mode with pieces (one
