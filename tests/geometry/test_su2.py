@@ -201,7 +201,7 @@ def test_su2_exp_jacobian_vjp_against_its_closed_form_in_mpmath():
             th[2] * ev[0] - th[0] * ev[2],
             th[0] * ev[1] - th[1] * ev[0],
         ]
-        dot = sum(x * y for x, y in zip(th, ev))
+        dot = sum(x * y for x, y in zip(th, ev, strict=True))
         ref = [ev[i] + a * cross[i] + b * (th[i] * dot - tm**2 * ev[i]) for i in range(3)]
         torch.testing.assert_close(
             got, torch.tensor([float(r) for r in ref], dtype=F64), rtol=0, atol=1e-15
