@@ -747,3 +747,162 @@ def test_a_shared_and_a_per_sample_bank_joined_after_preparing_equal_the_joined_
                 torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13)
             for name in ("key_fields", "keys", "values", "lines", "positions", "levels", "mask"):
                 torch.testing.assert_close(getattr(parts, name), getattr(whole, name))
+
+
+# --------------------------------------------------------------------------- checks at their edges
+
+
+def test_each_option_and_shape_check_refuses_its_first_bad_value():
+    """HeadOptions and CovariantAttentionConfig checks not covered above, each at its boundary
+    (the first bad value refused with its own message, the nearest good one accepted)."""
+    base = dict(d=D, d_query=FQ, d_key=FK, d_value=FV, d_out=DOUT)
+    bad = [
+        (dict(screening=1), "screening must be a bool"),
+        (dict(ida_eps=0.0), "needs ida_eps > 0 and krr_lambda > 1e-4"),
+        (dict(krr_lambda=1e-4), "needs ida_eps > 0 and krr_lambda > 1e-4"),
+        (dict(string_tension=(1.0, math.inf)), "finite and >= 0"),
+        (dict(connection_init_std=-1e-9), "connection_init_std must be >= 0"),
+        (dict(hypercharge=math.inf), "hypercharge must be finite"),
+        (dict(d_k=True), "d_k must be an int >= 1"),
+        (dict(rank=0), "rank must be an int >= 1"),
+        (dict(n_colors=0), "n_colors must be an int >= 1"),
+        (dict(d_out=0), "d_out must be an int >= 1"),
+        (dict(d_velocity_features=-1), "d_velocity_features must be an int >= 0"),
+        (dict(n_levels=0), "n_levels must be an int >= 1"),
+        (dict(query_level=-1), "query_level must lie in"),
+    ]
+    for overrides, match in bad:
+        with pytest.raises(ValueError, match=match):
+            head_config(**{**base, **overrides})
+    good = dict(
+        ida_eps=1e-12, krr_lambda=1.1e-4, string_tension=(0.0, 0.0), connection_init_std=0.0,
+        rank=1, d_velocity_features=0, query_level=1,
+    )  # fmt: skip
+    cfg = head_config(**{**base, **good})
+    assert cfg.options.krr_lambda == 1.1e-4 and cfg.query_level == 1
+    with pytest.raises(ValueError, match="options must be a HeadOptions"):
+        CovariantAttentionConfig(**base, options=dict(d_k=16))
+
+
+def test_queries_banks_and_heads_refuse_what_does_not_fit():
+    bank, q = make_bank(), make_queries()
+    pos, kf, vf, lv = bank.positions, bank.key_features, bank.value_features, bank.levels
+    cases = [
+        (lambda: ContextBank(pos, kf.float(), vf, lv), "key_features has dtype"),
+        (lambda: ContextBank(pos, kf, vf, lv[:, :3]), "levels must be \\[B, N\\]"),
+        (lambda: ContextBank(pos, kf, vf, lv, bank.mask[:, :3]), "mask must be a bool \\[B, N\\]"),
+        (lambda: bank.expand(4), "cannot broadcast a bank of batch size 2"),
+        (lambda: ContextBank.cat([]), "at least one bank"),
+        (
+            lambda: ContextBank.cat([bank, ContextBank(pos, kf[..., :2], vf, lv)]),
+            "disagree on \\(d, F_k, F_v\\)",
+        ),
+        (lambda: CovariantQueries(q.positions, q.features.float()), "features has dtype"),
+        (
+            lambda: CovariantQueries(q.positions, q.features, velocity=q.velocity[..., :2]),
+            "velocity must have last dim d",
+        ),
+        (
+            lambda: CovariantQueries(q.positions, q.features, levels=q.levels.bool()),
+            "levels must be an integer tensor",
+        ),
+        (
+            lambda: CovariantQueries(q.positions, q.features, levels=q.levels[:, :2]),
+            "levels must be an integer tensor",
+        ),
+        (lambda: CovariantQueries.unchecked(positions=q.positions, speed=q.velocity), "speed"),
+    ]
+    for call, match in cases:
+        with pytest.raises((ValueError, TypeError), match=match):
+            call()
+    head = make_head()
+    other_d = ContextBank(torch.zeros(2, 7, 2, dtype=F64), kf, vf, lv)
+    with pytest.raises(ValueError, match="context positions have d = 2"):
+        head(q, other_d)
+    with pytest.raises(ValueError, match="expects d_value"):
+        head(q, ContextBank(pos, kf, vf[..., :2], lv))
+    with pytest.raises(ValueError, match="queries have d = 2"):
+        head(CovariantQueries(q.positions[..., :2], q.features), bank)
+    with pytest.raises(ValueError, match="expects d_query"):
+        head(CovariantQueries(q.positions, q.features[..., :2]), bank)
+    with pytest.raises(ValueError, match="query_velocity=False"):
+        make_head(query_velocity=False)(q, bank)
+    with pytest.raises(ValueError, match="no area-law screening"):
+        make_head(screening=False).string_tension()
+    single = CovariantQueries(q.positions[:, 0], q.features[:, 0])
+    potential = _potential_head()
+    with pytest.raises(ValueError, match="single queries without velocity"):
+        potential.scalar_output_gradient(
+            CovariantQueries(q.positions[:, :1], q.features[:, :1]), potential.prepare(bank)
+        )
+    krr_head = make_head(kernel="krr", krr_lambda=0.3)
+    prepared = krr_head.prepare(bank)
+    with pytest.raises(ValueError, match="KRR banks must be prepared joined"):
+        PreparedContext.cat([prepared, prepared])
+    with pytest.raises(ValueError, match="prepare a joined or KRR bank"):
+        prepared.within(bank.valid_mask())
+    joined = PreparedContext.cat([head.prepare(bank), head.prepare(bank)])
+    with pytest.raises(ValueError, match="prepare a joined or KRR bank"):
+        joined.within(torch.ones(2, 14, dtype=torch.bool))
+    assert head(single, bank)[0].shape == (2, DOUT)
+
+
+def test_krr_ridge_lambda_starts_at_the_configured_value():
+    """lam = softplus(raw) + 1e-4 with raw = softplus^-1(krr_lambda - 1e-4): krr_lambda itself
+    at initialisation."""
+    for lam in (0.3, 2.0):
+        head = make_head(kernel="krr", krr_lambda=lam)
+        torch.testing.assert_close(head.ridge_lambda(), torch.tensor(lam, dtype=F64))
+
+
+def test_within_and_masses_restrict_and_weight_the_softmax():
+    """PreparedContext.within(keep, log_mass): weights ∝ m_j exp(l_j) over keep & the bank's mask,
+    written out from the recorded logits (screening off: the logits are all there is); the
+    ContextBank's within gives the same head output as the prepared one's (no masses)."""
+    head = make_head(screening=False)
+    bank, q = make_bank(), make_queries()
+    keep = torch.rand(2, 7, generator=torch.Generator().manual_seed(20)) > 0.4
+    keep[:, 0] = True
+    log_mass = torch.randn(2, 7, generator=torch.Generator().manual_seed(21), dtype=F64)
+    prepared = head.prepare(bank)
+    _, rec = head(q, prepared.within(keep, log_mass))
+    allowed = (keep & bank.mask).unsqueeze(-2)  # [B, 1, N]
+    ref = torch.exp(rec.logits + log_mass.unsqueeze(-2)) * allowed
+    ref = ref / ref.sum(-1, keepdim=True)
+    torch.testing.assert_close(rec.weights, ref, rtol=1e-12, atol=1e-14)
+    out_p, _ = head(q, prepared.within(keep))
+    out_b, _ = head(q, bank.within(keep))
+    torch.testing.assert_close(out_p, out_b, rtol=1e-12, atol=1e-14)
+    shared = make_bank(b=1, mask=False)
+    assert torch.equal(shared.within(keep).mask, keep)  # a bank without mask: keep itself
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_take_picks_each_rows_entries(shared):
+    """ContextBank.take(index, valid) against a loop over rows: row b holds entries index[b]
+    of its bank (of the one bank when shared), valid where selected and in the bank's mask."""
+    bank = make_bank(b=1 if shared else 3, n=7)
+    index = torch.tensor([[6, 0, 2], [1, 1, 5], [3, 6, 4]])
+    valid = torch.tensor([[True, True, False], [True, False, True], [True, True, True]])
+    taken = bank.take(index, valid)
+    for b in range(3):
+        src = 0 if shared else b
+        for name in ("positions", "key_features", "value_features", "levels"):
+            assert torch.equal(getattr(taken, name)[b], getattr(bank, name)[src, index[b]])
+        assert torch.equal(taken.mask[b], valid[b] & bank.mask[src, index[b]])
+    assert torch.equal(make_bank(b=3, mask=False).take(index, valid).mask, valid)
+
+
+def test_single_queries_with_given_lines_equal_computed_lines():
+    """forward(query_lines=[B, r, r]) for single queries [B, d]: the same output and record as
+    computing the lines inside, and different lines change the output."""
+    head = make_head(**FULL_OPTIONS)
+    bank, q = make_bank(), make_queries(q=1)
+    single = CovariantQueries(*(None if t is None else t[:, 0] for t in _fields(q)))
+    lines = head.lines_to_origin(single.positions)  # [B, r, r]
+    out, rec = head(single, bank)
+    given, rec_g = head(single, bank, query_lines=lines)
+    torch.testing.assert_close(given, out, rtol=0, atol=0)
+    torch.testing.assert_close(rec_g.weights, rec.weights, rtol=0, atol=0)
+    eye = torch.eye(lines.shape[-1], dtype=F64).expand_as(lines)
+    assert not torch.allclose(head(single, bank, query_lines=eye)[0], out)

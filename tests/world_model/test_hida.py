@@ -435,3 +435,97 @@ def test_c_hida_state_type():
     state = c_hida_empty_state((2,), 3, 4, 5, like=torch.zeros(1))
     assert isinstance(state, CHIDAState)
     assert state.centers.shape == (2, 3, 4) and state.value_means.shape == (2, 3, 5)
+
+
+# =========================================================================== edges
+
+
+def test_fp_default_sizes_are_ceil_log2_n_at_least_one():
+    """FPHIDAConfig's window and n_global None: w = g = max(⌈log2 Nk⌉, 1) (the seed's
+    Theta(log n)), written out for Nk = 1, 2, 3, 100; window 0 is a valid config; no keys is
+    an error."""
+    op = FPHIDA()
+    assert [op.sizes(n) for n in (1, 2, 3, 100)] == [(1, 1), (1, 1), (2, 2), (7, 7)]
+    assert FPHIDA(FPHIDAConfig(window=0, n_global=1)).sizes(100) == (0, 1)
+    idx, valid = fp_index_set(torch.tensor([5]), 9, 0, 1)
+    assert idx[0][valid[0]].tolist() == brute_index_set(5, 9, 0, 1, False)
+    with pytest.raises(ValueError, match="at least one key"):
+        fp_index_set(torch.tensor([0]), 0, 1, 1)
+
+
+def test_a_one_dimensional_key_mask_in_query_chunks_equals_the_dense_mask():
+    """A key mask [Nk] (no query axis) through Dense's and FP's query chunks, and through L and
+    C (which reduce masks to key masks): the same as the [1, Nk] mask; Dense equals the
+    function with the mask broadcast over the queries."""
+    q, k, v = data(7, 12, seed=20)
+    keep = torch.tensor([1, 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    ref_out, ref_w = ida.inverse_distance_attention(q, k, v, 0.05, "poincare", keep.expand(7, 12))
+    dense = DenseHIDA(DenseHIDAConfig(eps=0.05, query_chunk=3))
+    fp = FPHIDA(FPHIDAConfig(eps=0.05, window=12, query_chunk=3))
+    lh = LHIDA(LHIDAConfig(n_anchors=3, dim=3, eps=0.05)).double()
+    ch = CHIDA(CHIDAConfig(n_summaries=4, key_dim=3, value_dim=2, eps=0.05)).double()
+    for op in (dense, fp, lh, ch):
+        out, w = op(q, k, v, keep)
+        out2, w2 = op(q, k, v, keep[None, :])
+        torch.testing.assert_close(out, out2, rtol=0, atol=0)
+        torch.testing.assert_close(w, w2, rtol=0, atol=0)
+        assert (w[:, ~keep] == 0).all()
+        if op in (dense, fp):  # a window covering every key: FP is Dense
+            torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
+            torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
+
+
+def test_every_operator_checks_its_points_and_can_skip_the_check():
+    """check_inputs (default on): a key outside the ball is refused by each operator's call,
+    C's ingest and C's read; with check_inputs=False Dense does not look (and returns finite
+    output on points inside the ball)."""
+    q, k, v = data(3, 5)
+    out_k = 1.5 * k / k.norm(dim=-1, keepdim=True)
+    for op in _operators(3, 2, 0.05).values():
+        with pytest.raises(ValueError, match="Poincare ball"):
+            op.double()(q, out_k, v)
+    chida = CHIDA(CHIDAConfig(n_summaries=2, key_dim=3, value_dim=2)).double()
+    with pytest.raises(ValueError, match="Poincare ball"):
+        chida.ingest(out_k, v)
+    with pytest.raises(ValueError, match="Poincare ball"):
+        chida.read(out_k)
+    unchecked = DenseHIDA(DenseHIDAConfig(eps=0.05, check_inputs=False))
+    out, _ = unchecked(q, out_k, v)  # outside the ball: d_H is not defined, nothing refused
+    torch.testing.assert_close(
+        unchecked(q, k, v)[0], DenseHIDA(DenseHIDAConfig(eps=0.05))(q, k, v)[0]
+    )
+    assert out.shape == (3, 2)
+
+
+def test_l_hida_anchors_start_inside_init_radius_and_can_be_drawn_from_the_keys():
+    """LHIDA's anchors start within init_radius; init_anchors_from_keys sets them to m distinct
+    keys (m = N: a permutation of the keys); too few keys or the wrong dim is refused."""
+    torch.manual_seed(0)
+    op = LHIDA(LHIDAConfig(n_anchors=6, dim=3, init_radius=0.2))
+    assert float(op.anchors.detach().norm(dim=-1).max()) <= 0.2 + 1e-6
+    _, k, _ = data(1, 6, seed=21)
+    op.init_anchors_from_keys(k, torch.Generator().manual_seed(1))
+    a = op.anchors.detach().double()
+    match = (a[:, None, :] - k[None, :, :]).abs().amax(-1) < 1e-6  # [m, N]
+    assert (match.sum(-1) == 1).all() and (match.sum(0) == 1).all()
+    with pytest.raises(ValueError, match="at least n_anchors = 6 keys of dim 3"):
+        op.init_anchors_from_keys(k[:5])
+    with pytest.raises(ValueError, match="at least n_anchors = 6 keys of dim 3"):
+        op.init_anchors_from_keys(torch.cat([k, k], -1)[:, :4])
+    for bad, message in [
+        (lambda: LHIDAConfig(init_radius=0.0), "init_radius must lie"),
+        (lambda: CHIDAConfig(max_norm=0.0), "max_norm must lie"),
+        (lambda: LHIDAConfig(n_anchors=True), "n_anchors must be an integer"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            bad()
+
+
+def test_c_hida_reset_empties_the_persistent_state():
+    op = CHIDA(CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1)).double()
+    _, k, v = data(1, 5, seed=22)
+    op.ingest(k, v)
+    assert float(op.counts.sum()) == 5.0
+    op.reset()
+    assert (op.centers == 0).all() and (op.value_means == 0).all() and (op.counts == 0).all()
+    assert op.ingest(k[:2], v[:2]).tolist() == [0, 1]  # slots open from 0 again

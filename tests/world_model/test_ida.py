@@ -256,6 +256,12 @@ def test_bad_input_gets_one_clear_error():
         (lambda: f(q * math.nan, k, v, 0.1, "euclidean"), "NaN or inf"),
         (lambda: ida.IDAConfig(metric="ball"), "metric must be one of"),
         (lambda: ida.IDAConfig(eps=-1.0), "eps must be"),
+        (lambda: ida.IDAConfig(form="fast"), "form must be one of"),
+        (lambda: f(q, k, v.long(), 0.1, "euclidean"), "values must be a floating-point tensor"),
+        (  # broadcastable, but to a bigger shape than [Nq, Nk] = [3, 4]
+            lambda: f(q, k, v, 0.1, "euclidean", torch.ones(2, 3, 4, dtype=torch.bool)),
+            "does not broadcast to",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
@@ -278,3 +284,18 @@ def test_effective_rank_is_the_eigenvalue_ratio():
     lam = torch.linalg.eigvalsh(kernel)
     torch.testing.assert_close(ida.effective_rank(kernel), lam.sum() ** 2 / (lam**2).sum())
     assert 1.0 <= float(ida.effective_rank(kernel)) <= 30.0
+
+
+def test_sphere_points_are_accepted_within_1e3_of_unit_norm():
+    """check_points("sphere"): | |x| - 1 | up to 1e-3 is accepted (rounding of normalised
+    points), 2e-3 is refused; the Poincare ball accepts |x| = 1 exactly (rounded onto the
+    boundary) and refuses 1 + 1e-6."""
+    x = unit(4, 3, 20)
+    ida.check_points(x * (1 + 5e-4), "sphere", "keys")
+    ida.check_points(x * (1 - 5e-4), "sphere", "keys")
+    for scale in (1 + 2e-3, 1 - 2e-3):
+        with pytest.raises(ValueError, match="largest \\| \\|x\\| - 1 \\| is 0.002"):
+            ida.check_points(x * scale, "sphere", "keys")
+    ida.check_points(torch.tensor([[1.0, 0.0]], dtype=torch.float64), "poincare", "keys")
+    with pytest.raises(ValueError, match="largest norm is 1"):
+        ida.check_points(torch.tensor([[1.0 + 1e-6, 0.0]], dtype=torch.float64), "poincare", "k")

@@ -801,3 +801,266 @@ def test_worked_example_section_9():
     y_seed = K_qk @ (a - (a * v).sum(-1, keepdim=True) * v)
     cos_seed = (y_seed * v).sum(-1) / (y_seed.norm(dim=-1) * v.norm(dim=-1))
     assert cos_seed.abs().max() > 0.3
+
+
+# --------------------------------------------------------------------------- defaults, boundaries
+
+
+def test_rbf_kernel_default_bandwidth_is_one():
+    """kernel_matrix's default sigma is 1: exp(-|x - y|^2 / 2), written out pair by pair; an
+    unknown kernel name is one clear error."""
+    x, y = randn(5, 3, seed=60), randn(4, 3, seed=61)
+    ref = torch.tensor(
+        [[math.exp(-float((a - b).square().sum()) / 2.0) for b in y] for a in x], dtype=F64
+    )
+    torch.testing.assert_close(kernel_matrix(x, y, "rbf"), ref, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        kernel_matrix(x, y, "laplace")
+
+
+def test_bound_is_the_seeds_1e6_and_rms_normalize_defaults_to_eps_1e6():
+    """BOUND is seed 001's literal 1e6; rms_normalize's default eps is 1e-6, visible on values
+    of rms ~1e-3 (mean(x^2) ~ eps), against x / sqrt(mean(x^2) + 1e-6) written out."""
+    clamped = bound(torch.tensor([2.5e6, -7e6, 0.5e6], dtype=F64))
+    assert clamped.tolist() == [1e6, -1e6, 0.5e6]
+    z = 1e-3 * randn(3, 5, seed=62)
+    ref = z / torch.sqrt(z.square().mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms_normalize(z), ref, rtol=1e-12, atol=0.0)
+    assert (rms_normalize(z).square().mean(-1) < 0.9).all()  # eps is not negligible here
+
+
+def test_pcg_defaults_stop_at_tol_1e6_or_after_20_iterations():
+    """pcg's defaults: tol 1e-6 (each column stops at the first iteration whose recurrence
+    residual is <= 1e-6, on a well-conditioned system) and max_iter 20 (an ill-conditioned
+    system, rbf on tight clusters with lam = 1e-3, runs exactly 20 iterations, unconverged)."""
+    easy = spd_kernel(1, 30, seed=63)[0]
+    v = randn(30, 2, seed=64)
+    solve = pcg(easy, v, 1.0)
+    hist = torch.stack(solve.history)  # [T + 1, 2]
+    assert solve.converged.all() and (solve.res <= 1e-6).all()
+    for c in range(2):
+        t = int(solve.iters[c])
+        assert 1 < t < 20 and hist[t, c] <= 1e-6 < hist[t - 1, c]
+    k = clustered(60, 3, 4, 0.2, seed=9)
+    hard = kernel_matrix(k, k, "rbf")
+    solve = pcg(hard, randn(60, 2, seed=65), 1e-3)
+    assert solve.iters.tolist() == [20, 20] and len(solve.history) == 21
+    assert not solve.converged.any() and (solve.res > 1e-4).all()
+
+
+def test_solve_spd_defaults_fall_back_to_cholesky_at_tol_1e6():
+    """solve_spd's defaults (PCG, tol 1e-6, max_iter 20, fallback on): the hard system of
+    test_pcg_defaults is re-solved by Cholesky and matches scipy; the easy one is PCG's own
+    answer, to 1e-6. method "cholesky" reports every matrix direct, no iterations, converged."""
+    k = clustered(60, 3, 4, 0.2, seed=9)
+    K = torch.stack([kernel_matrix(k, k, "rbf"), spd_kernel(1, 60, seed=66)[0]])
+    lam = torch.tensor([1e-3, 1.0], dtype=F64).view(2, 1, 1)
+    v = randn(2, 60, 2, seed=67)
+    ref = scipy_solve(K, v, lam)
+    solve = solve_spd(K, v, lam)
+    assert solve.direct.tolist() == [True, False]
+    assert solve.converged.all() and (solve.res <= 1e-6).all()
+    torch.testing.assert_close(solve.x[0], ref[0], rtol=1e-8, atol=1e-8)
+    assert ((solve.x[1] - ref[1]).norm(dim=0) / ref[1].norm(dim=0)).max() < 1e-5
+    direct = solve_spd(K, v, lam, method="cholesky")
+    assert direct.direct.all() and direct.converged.all() and (direct.iters == 0).all()
+    assert direct.history == []
+    torch.testing.assert_close(direct.x, ref, rtol=1e-8, atol=1e-8)
+
+
+def test_solver_errors_name_their_cause():
+    K = spd_kernel(2, 6, seed=68)
+    v = randn(2, 6, 1, seed=69)
+    with pytest.raises(ValueError, match="pcg: K must be"):
+        pcg(K, v[:, :5], 0.1)
+    with pytest.raises(ValueError, match="batch differ"):
+        solve_spd(K, v[:1], 0.1)
+    bad = K.clone()
+    bad[0, 1, 2] = float("inf")
+    with pytest.raises(FloatingPointError, match="non-finite kernel"):
+        solve_spd(bad, v, 0.1)
+    # a preconditioner that returns NaN (a broken one): PCG's x turns NaN from finite inputs
+    nan_precondition = lambda r: r * float("nan")  # noqa: E731
+    with pytest.raises(FloatingPointError, match="from finite inputs"):
+        solve_spd(K, v, 0.1, precondition=nan_precondition, fallback=False)
+    repaired = solve_spd(K, v, 0.1, precondition=nan_precondition)
+    assert repaired.direct.all() and repaired.converged.all()
+    torch.testing.assert_close(repaired.x, scipy_solve(K, v, 0.1), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("lam", [1e-9, torch.tensor(1e-9)])
+def test_float32_cholesky_failure_is_refactored_in_float64(lam):
+    """[[1, 1], [1, 1]] + 1e-9 I: 1 + 1e-9 rounds to 1 in float32, a singular matrix whose
+    Cholesky fails; in float64 it is SPD, and v = (1, -1) (the eigenvector of eigenvalue lam)
+    solves to v / lam, returned in float32."""
+    K = torch.ones(2, 2)
+    v = torch.tensor([[1.0], [-1.0]])
+    assert int(torch.linalg.cholesky_ex(K + 1e-9 * torch.eye(2)).info) > 0
+    x = cholesky_spd_solve(K, v, lam)
+    assert x.dtype == torch.float32
+    lam64 = float(torch.as_tensor(lam, dtype=torch.float32))  # the float32 value of 1e-9
+    torch.testing.assert_close(x, v / lam64, rtol=1e-5, atol=0.0)
+
+
+def test_preconditioner_arguments_are_validated():
+    for make, message in [
+        (lambda: DiagonalPreconditioner(heads=0), "heads and rebuild_every must be >= 1"),
+        (lambda: DiagonalPreconditioner(rebuild_every=0), "heads and rebuild_every must be >= 1"),
+        (lambda: LowRankPreconditioner(rank=0), "rank and max_len must be >= 1"),
+        (lambda: LowRankPreconditioner(max_len=0), "rank and max_len must be >= 1"),
+        (lambda: TylerPreconditioner(iters=0), "iters must be >= 1"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            make()
+    made = make_preconditioner("cccp", rebuild_every=4, tyler_iters=3)
+    assert isinstance(made, TylerPreconditioner) and (made.iters, made.rebuild_every) == (3, 4)
+    made = make_preconditioner("fast", heads=2, rank=5, basis="random", max_len=7)
+    assert (made.heads, made.rank, made.basis, made.max_len) == (2, 5, "random", 7)
+    assert make_preconditioner("diagonal", rebuild_every=2).rebuild_every == 2
+
+
+def test_learned_scales_are_floored_at_eps_1e6_and_taken_in_absolute_value():
+    """Jacobi: P = 1 / (max(|s|, 1e-6) (diag K + lam)); low rank at full rank: P = (max(|s|,
+    1e-6) lam I + K)^-1 (the Nystrom factor reproduces K). Both against the dense closed form
+    at s = 0 (the default eps floor) and s = -2 (the absolute value)."""
+    x = randn(12, 3, seed=70)
+    K = kernel_matrix(x, x, "rbf", sigma=0.5)
+    lam = 0.5
+    eye = torch.eye(12, dtype=F64)
+    for s, eff in ((0.0, 1e-6), (-2.0, 2.0)):
+        jacobi, low = DiagonalPreconditioner(), LowRankPreconditioner(rank=12)
+        with torch.no_grad():
+            jacobi.scale.fill_(s)
+            low.scale.fill_(s)
+        P = dense_precond(jacobi, K, lam)
+        torch.testing.assert_close(P, torch.diag(1.0 / (eff * (torch.diagonal(K) + lam))))
+        P = dense_precond(low, K, lam)
+        torch.testing.assert_close(P @ (K + eff * lam * eye), eye, rtol=0.0, atol=1e-7)
+
+
+def test_diag_correction_matches_the_diagonal_of_a():
+    """LowRankPreconditioner(diag_correction=True), rank 4 < n: M = D + U U^T has diag(M) =
+    diag(K) + lam exactly (the docstring's claim), and differs from the uncorrected M (whose
+    diagonal is lam + diag(U U^T) <= diag(A)) by a diagonal only."""
+    x = randn(15, 3, seed=71)
+    K = kernel_matrix(x, x, "rbf")
+    lam = 0.5
+    A_diag = torch.diagonal(K) + lam
+    M_plain = torch.linalg.inv(dense_precond(LowRankPreconditioner(rank=4), K, lam))
+    M_corr = torch.linalg.inv(
+        dense_precond(LowRankPreconditioner(rank=4, diag_correction=True), K, lam)
+    )
+    torch.testing.assert_close(torch.diagonal(M_corr), A_diag, rtol=1e-9, atol=1e-9)
+    left_out = A_diag - torch.diagonal(M_plain)
+    assert (left_out > -1e-9).all() and left_out.max() > 0.1
+    torch.testing.assert_close(M_corr - M_plain, torch.diag(left_out), rtol=0.0, atol=1e-8)
+
+
+def test_random_basis_is_a_seeded_gaussian_scaled_by_one_over_sqrt_rank():
+    """The seed's random basis: lr_base = randn(heads, max_len, rank) / sqrt(rank) from a
+    generator seeded with `seed` (0 by default), so every module starts from the same basis."""
+    pre = LowRankPreconditioner(heads=2, rank=4, basis="random", max_len=6)
+    for seed, made in ((0, pre), (3, LowRankPreconditioner(rank=4, basis="random", seed=3))):
+        g = torch.Generator().manual_seed(seed)
+        heads, max_len = made.lr_base.shape[:2]
+        ref = torch.randn(heads, max_len, 4, generator=g) / 2.0
+        torch.testing.assert_close(made.lr_base, ref, rtol=0.0, atol=0.0)
+
+
+@pytest.mark.parametrize(
+    "field, bad, ok, message",
+    [
+        ("heads", 0, 1, "heads must be >= 1"),
+        ("temp", 0.0, 1e-9, "temp must be > 0"),
+        ("sigma", 0.0, 1e-9, "sigma must be > 0"),
+        ("lam_eps", 0.0, 1e-9, "lam_eps must be > 0"),
+        ("lam_init", 1e-6, 2e-6, "lam_init must exceed lam_eps"),
+        ("xsa", "subtract", "zero", "xsa must be None or one of"),
+        ("rank", 0, 1, "rank must be >= 1"),
+        ("max_len", 0, 1, "max_len must be >= 1"),
+        ("rebuild_every", 0, 1, "rebuild_every must be >= 1"),
+        ("tyler_iters", 0, 1, "tyler_iters must be >= 1"),
+        ("tol", -1e-9, 0.0, "tol must be in"),
+        ("tol", 1.0, 0.999, "tol must be in"),
+        ("max_iter", 0, 1, "max_iter must be >= 1"),
+        ("rms_eps", 0.0, 1e-12, "rms_eps must be > 0"),
+    ],
+)
+def test_krr_config_rejects_each_field_at_its_boundary(field, bad, ok, message):
+    """Each KRRConfig check at its boundary: the first invalid value is refused with its own
+    message, the nearest valid one is accepted."""
+    with pytest.raises(ValueError, match=f"KRRConfig: {message}"):
+        KRRConfig(**{field: bad})
+    assert getattr(KRRConfig(**{field: ok}), field) == ok
+
+
+def test_attention_input_errors_and_the_multihead_shapes():
+    q = randn(2, 5, 4)
+    one = torch.ones(1, 1, dtype=F64)
+    for call, message in [
+        (lambda: krr_attention(q, q, q, one, kernel="laplace"), "kernel must be one of"),
+        (lambda: krr_attention(q[0, 0], q, q, one), "at least 2-D"),
+        (lambda: krr_attention(q, randn(3, 5, 4), randn(3, 5, 2), one), "do not broadcast"),
+        (lambda: krr_attention(q, q, q, one, xsa="subtract"), "xsa must be None or one of"),
+        (
+            # broadcastable, but to a bigger shape than [2, 5, 5]
+            lambda: krr_attention(q, q, q, one, torch.ones(3, 2, 5, 5, dtype=torch.bool)),
+            "does not broadcast to",
+        ),
+        (lambda: MultiHeadKRRConfig(dim=0, heads=1), "positive multiple of heads"),
+        (lambda: MultiHeadKRRConfig(dim=8, heads=0), "positive multiple of heads"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            call()
+    block = MultiHeadKRRAttention(MultiHeadKRRConfig(dim=8, heads=2))
+    x = torch.randn(3, 5, 8, generator=gen(72))
+    with pytest.raises(ValueError, match="x must be"):
+        block(x[0])
+    with pytest.raises(ValueError, match="context must be"):
+        block(x, x[:2])
+    with pytest.raises(ValueError, match="context must be"):
+        block(x, x[..., :4])
+    assert MultiHeadKRRConfig(dim=8, heads=2).krr.heads == 2  # the default operator's heads
+
+
+@pytest.mark.parametrize("xsa", [None, "projection", "zero", "mask"])
+def test_xsa_modes_with_a_scale_match_the_closed_form(xsa):
+    """XSA with scale s = 0.7 on queries != keys (Nq = Nk), against the seed's formulas written
+    out with scipy's solve: "zero"/"mask" scale K_qk's diagonal by (1 - s), "projection"/"mask"
+    subtract s (y_i . v_i) / (v_i . v_i) v_i from the output."""
+    n = 8
+    q, k, v = randn(n, 4, seed=73), randn(n, 4, seed=74), randn(n, 3, seed=75)
+    lam, s = 0.4, 0.7
+    unit = lambda t: t / t.norm(dim=-1, keepdim=True)  # noqa: E731
+    K_kk, K_qk = torch.exp(unit(k) @ unit(k).T), torch.exp(unit(q) @ unit(k).T)
+    if xsa in ("zero", "mask"):
+        K_qk = K_qk - s * torch.diag(torch.diagonal(K_qk))
+    y = K_qk @ scipy_solve(K_kk, v, lam)
+    if xsa in ("projection", "mask"):
+        y = y - s * ((y * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True)) * v
+    out, w, _ = krr_attention(
+        q, k, v, torch.tensor(lam, dtype=F64).view(1, 1), xsa=xsa,
+        xsa_scale=torch.tensor([s], dtype=F64), tol=1e-12, max_iter=100, need_weights=True,
+    )  # fmt: skip
+    torch.testing.assert_close(out, y, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(w @ v, y, rtol=1e-9, atol=1e-10)
+
+
+def test_krr_attention_defaults_solve_to_tol_1e4_with_rms_eps_1e6():
+    """krr_attention with only (q, k, v, lam): the exp kernel at temp 1 on normalised inputs,
+    PCG to tol 1e-4 (kappa(A) < 20 here, so out is within 2e-3 of the exact KRR), and with
+    rms_alpha the default rms_eps 1e-6, visible on values of rms ~1e-3."""
+    q, k = randn(6, 4, seed=76), randn(9, 4, seed=77)
+    v = 1e-3 * randn(9, 3, seed=78)
+    lam = torch.tensor(1.0, dtype=F64).view(1, 1)
+    unit = lambda t: t / t.norm(dim=-1, keepdim=True)  # noqa: E731
+    K_kk, K_qk = torch.exp(unit(k) @ unit(k).T), torch.exp(unit(q) @ unit(k).T)
+    ev = torch.linalg.eigvalsh(K_kk + torch.eye(9, dtype=F64))
+    assert ev[-1] / ev[0] < 20
+    alpha = scipy_solve(K_kk, v, 1.0)
+    out, w, solve = krr_attention(q, k, v, lam)
+    assert w is None and solve.converged.all() and (solve.res <= 1e-4).all()
+    assert (out - K_qk @ alpha).norm() / (K_qk @ alpha).norm() < 2e-3
+    out, _, _ = krr_attention(q, k, v, lam, rms_alpha=True)
+    ref = K_qk @ (alpha / torch.sqrt(alpha.square().mean(-1, keepdim=True) + 1e-6))
+    assert (out - ref).norm() / ref.norm() < 2e-3

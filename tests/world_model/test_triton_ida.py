@@ -266,6 +266,36 @@ def test_cpu_runs_the_reference_and_refusals_name_their_reason():
         triton_ida.KernelConfig(form="cdist")
 
 
+def test_kernel_config_and_refusals_before_any_launch():
+    """KernelConfig's blocks are powers of two >= 16 and near lies in (0, 1), each refused at
+    its boundary; with force on CPU, the checks that precede triton name their reason (mixed
+    dtypes, no keys, feature dims above MAX_DIM = 256); the key-mask reduction accepts a mask
+    [Nk], [..., 1, Nk], one expanded over the queries (stride 0) or any mask for one query."""
+    for bad, message in [
+        (dict(block_q=8), "block_q must be a power of two >= 16"),
+        (dict(block_k=48), "block_k must be a power of two >= 16"),
+        (dict(near=0.0), "near must lie in"),
+        (dict(near=1.0), "near must lie in"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            triton_ida.KernelConfig(**bad)
+    assert triton_ida.KernelConfig(block_q=16, block_k=64, near=0.5).block_k == 64
+    q, k, v, _ = inputs("euclidean", n_q=6, n_k=9, dim=3, dim_v=2)
+    refusal = lambda *a, **kw: triton_ida.fusion_refusal(*a, force=True, **kw)  # noqa: E731
+    assert refusal(q, k.double(), v, "euclidean") == "inputs of different dtypes or devices"
+    assert refusal(q, k[:0], v[:0], "euclidean") == "no keys"
+    wide = torch.zeros(9, 257)
+    assert refusal(q, k, wide, "euclidean") == "feature dims above 256"
+    assert refusal(q, k, wide[:, :256], "euclidean") != "feature dims above 256"
+    keys = torch.tensor([True] * 4 + [False] + [True] * 4)
+    key_mask = triton_ida._key_mask
+    for mask, n_q in ((keys, 6), (keys[None], 6), (keys.expand(6, 9), 6), (keys[None], 1)):
+        assert torch.equal(key_mask(mask, n_q), keys)
+    per_query = keys.repeat(6, 1)
+    per_query[0, 0] = False
+    assert key_mask(per_query, 6) is None and torch.equal(key_mask(per_query[:1], 1), per_query[0])
+
+
 @interpreted
 def test_a_mask_equal_for_every_query_is_a_key_mask():
     q, k, v, _ = inputs("euclidean", n_q=6, n_k=9, dim=3, dim_v=2)

@@ -83,13 +83,11 @@ class IDAConfig:
         eps: the kernel's regulariser eps > 0 in (d^2 + eps)^-1; exact retrieval as eps -> 0.
         form: how the all-pairs distance is computed ("expanded", "cdist", "difference"; see the
             module docstring for the measured trade-off).
-        check_inputs: validate shapes and the points' domain (one host sync per call).
     """
 
     metric: Metric = "poincare"
     eps: float = 1e-3
     form: Form = "expanded"
-    check_inputs: bool = True
 
     def __post_init__(self):
         _check_metric(self.metric)
