@@ -240,8 +240,8 @@ class DynamicMemoryGenesis(nn.Module):
             return int(free[0])
         if self.config.when_full == "skip":
             return None
-        last = pool.t_last.masked_fill(~pool.active, torch.iinfo(torch.int64).max)
-        return int(torch.argmin(last))  # least recently used (lowest index on ties)
+        # no free slot: every row is active; evict the least recently used (lowest index on ties)
+        return int(torch.argmin(pool.t_last))
 
     @torch.no_grad()
     def prune(self, pool: MemoryPool, t: int | None = None) -> Tensor:

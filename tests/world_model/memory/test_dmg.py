@@ -210,3 +210,135 @@ def test_config_errors_are_one_line():
         with pytest.raises(ValueError, match=match) as info:
             DMGConfig(**kwargs)
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("window", [1, 2, 6])
+def test_window_statistics_with_history_against_brute_force_in_float64(window):
+    """Windows of 1, 2 and 6 reaching into a history of 4 float32 losses: the mean and
+    population sd over the last min(t, W) losses, float64 (from float32 inputs)."""
+    g = torch.Generator().manual_seed(5)
+    hist, new = torch.randn(4, generator=g), torch.randn(7, generator=g)
+    mean, std = window_statistics(hist, new, window)
+    assert mean.dtype == std.dtype == torch.float64
+    full = torch.cat([hist, new]).tolist()
+    for i in range(7):
+        win = full[max(0, 4 + i + 1 - window) : 4 + i + 1]
+        mu = sum(win) / len(win)
+        assert mean[i].item() == pytest.approx(mu, rel=1e-12, abs=1e-12)
+        sd = math.sqrt(sum((x - mu) ** 2 for x in win) / len(win))
+        assert std[i].item() == pytest.approx(sd, rel=1e-9, abs=1e-7)  # sqrt of a rounded 0
+
+
+def test_window_statistics_of_losses_far_from_zero_keep_their_spread():
+    """Losses 1e8 + N(0, 1): the prefix sums run on losses shifted by their mean, so the sd is
+    the brute-force one to 1e-6 (unshifted float64 sums of squares lose it to cancellation)."""
+    g = torch.Generator().manual_seed(6)
+    x = 1e8 + torch.randn(40, generator=g, dtype=torch.float64)
+    _, std = window_statistics(x[:0], x, 8)
+    for i in range(7, 40):
+        win = x[i - 7 : i + 1].tolist()
+        mu = sum(win) / 8
+        sd = math.sqrt(sum((v - mu) ** 2 for v in win) / 8)
+        assert std[i].item() == pytest.approx(sd, rel=1e-6)
+
+
+def test_scan_thresholds_ties_cooldown_and_an_empty_stream():
+    """A loss equal to tau is no surprise (it must exceed); a spawn blocks the next `cooldown`
+    steps (spawns at t = 1, 4, 7 with cooldown 2); thresholds are tau_t in float64, here
+    1 + 0.5 S_{t-1} / t; the counters continue from t0, S and the last spawn given; an empty
+    stream gives empty bool flags."""
+    cfg = DMGConfig(window=3, tau_base=1.0, kappa=0.0, gamma=0.0, trigger="sample", warmup=1)
+    res = surprise_scan(torch.tensor([1.0, 1.5, 1.0, 2.0]), cfg)
+    assert res.surprise.tolist() == [False, True, False, True]
+    cool = DMGConfig(
+        window=3, tau_base=0.5, kappa=0.0, gamma=0.0, trigger="sample", warmup=1, cooldown=2
+    )
+    res = surprise_scan(torch.ones(8), cool)
+    assert res.spawn.tolist() == [True, False, False, True, False, False, True, False]
+    assert res.surprises == 8 and res.last_spawn == 7
+    rate = DMGConfig(window=3, tau_base=1.0, kappa=0.0, gamma=0.5, trigger="sample", warmup=1)
+    res = surprise_scan(torch.full((4,), 3.0, dtype=torch.float64), rate, t0=10, surprises=2)
+    expected = [1.0 + 0.5 * s / t for s, t in ((2, 11), (3, 12), (4, 13), (5, 14))]
+    assert res.threshold.dtype == torch.float64
+    assert res.threshold.tolist() == pytest.approx(expected, rel=1e-15)
+    empty = surprise_scan(torch.zeros(0), cfg)
+    assert empty.surprise.dtype == empty.spawn.dtype == torch.bool and empty.spawn.numel() == 0
+
+
+def test_warmup_boundary_counts_step_t_equal_to_warmup():
+    """warmup = 3: steps 1 and 2 are never surprises, step 3 is (t >= warmup)."""
+    cfg = DMGConfig(window=4, tau_base=0.5, kappa=0.0, gamma=0.0, trigger="sample", warmup=3)
+    assert surprise_scan(torch.ones(4), cfg).surprise.tolist() == [False, False, True, True]
+
+
+def test_prune_boundaries_and_what_it_returns():
+    """At t = 10 with prune_age 4, max_idle 3, min_activations 2: age exactly 4 is old enough,
+    idle exactly 3 is not idle, a_e exactly 2 is not rare; prune returns the rows it
+    deactivated (int64), none of the inactive ones; with pruning off it returns an empty int64."""
+    cfg = DMGConfig(window=2, prune_age=4, max_idle=3, min_activations=2)
+    pool = MemoryPool(PoolConfig(capacity=6, dim=2, value_dim=1, initial_active=6))
+    pool.t_birth[:] = torch.tensor([6, 7, 6, 6, 0, 0])
+    pool.t_last[:] = torch.tensor([7, 0, 6, 9, 0, 9])
+    pool.activations[:] = torch.tensor([2, 0, 2, 1, 0, 2])
+    pool.active[4] = False  # inactive, old and idle: not returned
+    rows = DynamicMemoryGenesis(cfg).prune(pool, 10)
+    # 0: age 4, idle 3, a 2: kept; 1: age 3: kept; 2: idle 4: pruned; 3: a 1 < 2: pruned
+    assert rows.dtype == torch.int64 and rows.tolist() == [2, 3]
+    assert pool.active.tolist() == [True, True, False, False, False, True]
+    off = DynamicMemoryGenesis(DMGConfig(window=2)).prune(pool, 10)
+    assert off.dtype == torch.int64 and off.numel() == 0
+    only_rare = DMGConfig(window=2, prune_age=0, min_activations=1)
+    # no idle rule: at t = 20 rows 0 and 5 (idle 13 and 11, used twice) stay, row 1 (unused) goes
+    assert DynamicMemoryGenesis(only_rare).prune(pool, 20).tolist() == [1]
+
+
+def test_a_spawn_prunes_first_at_its_own_step_then_writes():
+    """Capacity 2, "skip", max_idle 3: rows last used at t = 0 and 1. The spawn at t = 4 prunes
+    row 0 (idle 4 > 3; row 1's idle 3 is not) and takes its slot, born at 4; the spawn at
+    t = 2 before it found no slot and was dropped (the loop goes on after it)."""
+    cfg = DMGConfig(
+        window=2, tau_base=1.0, kappa=0.0, gamma=0.0, trigger="sample", warmup=1,
+        prune_age=0, max_idle=3, when_full="skip",
+    )  # fmt: skip
+    pool = MemoryPool(PoolConfig(capacity=2, dim=2, value_dim=1))
+    pool.write(torch.tensor([0, 1]), torch.zeros(2, 2), None, t=0)
+    pool.t_last[1] = 1
+    dmg = DynamicMemoryGenesis(cfg)
+    keys = torch.arange(8.0).reshape(4, 2) / 10
+    rows = dmg.observe(torch.tensor([0.0, 5.0, 0.0, 5.0]), keys, pool)
+    assert rows.tolist() == [0] and rows.dtype == torch.int64
+    assert pool.active.tolist() == [True, True] and int(pool.t_birth[0]) == 4
+    torch.testing.assert_close(pool.centroids.data[0], keys[3])
+    assert int(dmg.spawns) == 1 and int(dmg.surprises) == 2
+    assert dmg.observe(torch.zeros(1), keys[:1], pool).dtype == torch.int64  # nothing written
+
+
+def test_state_holds_the_exact_window_and_integer_counters():
+    """After two observations the history buffer ends with the last W losses exactly (float64
+    values float32 cannot hold), history_len and t count them, and every counter is int64;
+    record_use counts at the DMG's clock."""
+    dmg = DynamicMemoryGenesis(DMGConfig(window=4, tau_base=1e9))
+    pool = MemoryPool(PoolConfig(capacity=3, dim=2, value_dim=1, initial_active=3))
+    losses = torch.tensor([1 / 3, 2 / 3, 1 / 7, 1e-9 + 1, 5 / 7], dtype=torch.float64)
+    dmg.observe(losses[:2], torch.zeros(2, 2), pool)
+    assert dmg.history[-2:].tolist() == losses[:2].tolist() and int(dmg.history_len) == 2
+    dmg.observe(losses[2:], torch.zeros(3, 2), pool)
+    assert dmg.history.tolist() == losses[1:].tolist() and int(dmg.history_len) == 4
+    assert int(dmg.t) == 5
+    for name in ("history_len", "t", "surprises", "spawns", "last_spawn"):
+        assert getattr(dmg, name).dtype == torch.int64, name
+    dmg.record_use(pool, torch.tensor([[0, 2]]), torch.tensor([[1.0, 0.0]]))
+    assert pool.activations.tolist() == [1, 0, 0] and pool.t_last.tolist() == [5, 0, 0]
+
+
+def test_config_boundaries_and_messages():
+    """window 1 and warmup / prune_age / max_idle 0 are valid; negatives are refused with
+    their messages, and the kappa / gamma message is the whole line."""
+    DMGConfig(window=1, warmup=0, prune_age=0, max_idle=0, cooldown=0)
+    for name in ("warmup", "prune_age", "max_idle"):
+        with pytest.raises(ValueError, match=f"^DMGConfig.{name} must be None or an integer >= 0"):
+            DMGConfig(**{name: -1})
+    with pytest.raises(ValueError, match="^DMGConfig.min_activations must be an integer >= 0"):
+        DMGConfig(min_activations=-1)
+    with pytest.raises(ValueError, match="^DMGConfig.kappa and gamma must be >= 0$"):
+        DMGConfig(gamma=-0.5)

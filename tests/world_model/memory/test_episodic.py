@@ -16,7 +16,12 @@ from agent.core.episode import EpisodeSoFar, episode_inputs
 from agent.core.planner import Planner, PlannerConfig, _rows_inputs, plan_batch
 from world_model.geodesic import GeodesicConfig, GeodesicDynamics, kick
 from world_model.geodesic.config import ContextConfig
-from world_model.memory.episodic import EpisodicMemory, MemoryBank, MemoryInputs
+from world_model.memory.episodic import (
+    EpisodicMemory,
+    MemoryBank,
+    MemoryInputs,
+    empirical_residual,
+)
 from world_model.model import WorldModel, WorldModelConfig
 
 LENGTHS = (7, 3, 12, 5, 9, 6)
@@ -127,7 +132,7 @@ def test_the_read_out_is_a_potential_and_its_force_is_its_gradient():
     (grad,) = torch.autograd.grad(phi.sum(), z)
     torch.testing.assert_close(force, -grad, rtol=1e-9, atol=1e-9)
     for b in range(2):
-        eps = float(memory.eps)  # the learned bandwidth, 1e-3 at the start
+        eps = float(memory.eps.detach())  # the learned bandwidth, 1e-3 at the start
         expected = 0.7 * _patches_by_geoopt(z[b], keys[b], values[b], mask[b], eps, 0.3)
         torch.testing.assert_close(phi[b], expected, rtol=1e-9, atol=1e-12)
     # at an entry the force is nearly that entry's residual (its weight dominates)
@@ -389,3 +394,55 @@ def test_unknown_memory_operator_is_a_clear_error():
     assert GeodesicConfig.migrate_removed(saved) == kept
     with pytest.raises(ValueError, match="memory_capacity must be an integer >= 1"):
         ContextConfig(memory="dense", memory_capacity=0)
+
+
+def test_memory_inputs_refuse_mismatched_rows_and_move_to_a_device():
+    """MemoryInputs refuses an action or a next_obs that does not match obs's rows, and an
+    index / mask pair that is not two equal [C, B] tensors (each alone); `to` moves every
+    field (the meta device stands in for an accelerator)."""
+    obs, action = torch.zeros(4, 3), torch.zeros(4, 2)
+    index, mask = torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.bool)
+    rows = "^MemoryInputs: obs, action and next_obs need one row per transition, got "
+    with pytest.raises(ValueError, match=rows + r"\(4, 3\), \(3, 2\), \(4, 3\)$"):
+        MemoryInputs(obs, action[:3], obs, index, mask)
+    with pytest.raises(ValueError, match=rows):
+        MemoryInputs(obs, action, obs[:, :2], index, mask)
+    pair = r"^MemoryInputs: index and mask must both be \[C, B\], got "
+    with pytest.raises(ValueError, match=pair + r"\(2, 5\) and \(2, 4\)$"):
+        MemoryInputs(obs, action, obs, index, mask[:, :4])
+    with pytest.raises(ValueError, match=pair):
+        MemoryInputs(obs, action, obs, index[0], mask[0])
+    moved = MemoryInputs(obs, action, obs, index, mask).to("meta")
+    for name in ("obs", "action", "next_obs", "index", "mask"):
+        assert getattr(moved, name).device.type == "meta"
+    assert moved.capacity == 2 and moved.batch_size == 5
+
+
+def test_empirical_residual_in_numbers():
+    """f_hat = (p' - p) / h - F_kick at h = 0.5 (h = 1 would hide a product for the quotient)."""
+    p, p_next = torch.tensor([1.0, -2.0]), torch.tensor([2.0, 1.0])
+    kick = torch.tensor([0.5, 4.0])
+    torch.testing.assert_close(empirical_residual(p, p_next, kick, 0.5), torch.tensor([1.5, 2.0]))
+
+
+def test_defaults_are_a_bandwidth_of_0_3_and_no_tension():
+    """EpisodicMemory() starts at eps = 0.3 (and refuses eps = 0 with its own message, not
+    log's), and a read without `tension` is the unscreened blend (sigma = 0) of the geoopt
+    reference."""
+    memory = EpisodicMemory().double()
+    eps = float(memory.eps)  # log(0.3) held in float32
+    assert eps == pytest.approx(0.3, rel=1e-6)
+    with pytest.raises(ValueError, match="^EpisodicMemory: eps must be > 0, got 0.0$"):
+        EpisodicMemory(eps=0.0)
+    with torch.no_grad():
+        memory.gate.fill_(1.0)
+    ball = geoopt.PoincareBall()
+    g = torch.Generator().manual_seed(9)
+    z = ball.expmap0(0.4 * torch.randn(2, 3, generator=g, dtype=torch.float64))
+    keys = ball.expmap0(0.9 * torch.randn(2, 5, 3, generator=g, dtype=torch.float64))
+    values = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    phi, _ = memory(z, MemoryBank(keys, values, mask))
+    for b in range(2):
+        expected = _patches_by_geoopt(z[b], keys[b], values[b], mask[b], eps, 0.0)
+        torch.testing.assert_close(phi[b], expected, rtol=1e-9, atol=1e-12)

@@ -131,3 +131,125 @@ def test_config_errors_are_one_line():
         with pytest.raises(ValueError, match=match) as info:
             GSRConfig(**kwargs)
         assert "\n" not in str(info.value)
+
+
+def _brute_force_batched(q, c, v, active, k, eps, renormalise):
+    """Per query of q [..., Nq, m]: SIDA weights over the active prototypes by arccos, the k
+    largest (ties to the lower row), renormalised or not -> out, rows (-1 padded), weights."""
+    flat = q.reshape(-1, q.shape[-1])
+    outs, rows, weights = [], [], []
+    live = [e for e in range(c.shape[0]) if active[e]]
+    for x in flat:
+        theta = torch.arccos((c @ x).clamp(-1, 1)).tolist()
+        w = {e: 1 / (theta[e] ** 2 + eps) for e in live}
+        total = sum(w.values())
+        top = sorted(live, key=lambda e: (-w[e], e))[:k]
+        norm = sum(w[e] for e in top) if renormalise else total
+        sel = [w[e] / norm for e in top]
+        outs.append(sum((s * v[e] for s, e in zip(sel, top, strict=True)), torch.zeros_like(v[0])))
+        rows.append(top + [-1] * (k - len(top)))
+        weights.append(sel + [0.0] * (k - len(top)))
+    shape = q.shape[:-1]
+    return (
+        torch.stack(outs).reshape(*shape, v.shape[-1]),
+        torch.tensor(rows).reshape(*shape, k),
+        torch.tensor(weights, dtype=v.dtype).reshape(*shape, k),
+    )
+
+
+@pytest.mark.parametrize("renormalise", [True, False])
+def test_batched_queries_over_more_shards_than_rows_with_fewer_active_than_k(renormalise):
+    """Queries [2, 3, m] over 5 prototypes cut into 7 shards (some empty), 3 of them active
+    and K = 4: out, rows (-1 for the missing one) and weights equal the brute force."""
+    q, c = unit(6, 4, 14).reshape(2, 3, 4), unit(5, 4, 15)
+    v = torch.randn(5, 2, generator=torch.Generator().manual_seed(16), dtype=torch.float64)
+    active = torch.tensor([True, False, True, False, True])
+    cfg = GSRConfig(k=4, eps=1e-2, renormalise=renormalise, shards=7)
+    out, idx, w = gsr_route(q, c, v, active, cfg)
+    ref_out, ref_idx, ref_w = _brute_force_batched(q, c, v, active, 4, 1e-2, renormalise)
+    assert torch.equal(idx, ref_idx)
+    torch.testing.assert_close(w, ref_w, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-12)
+
+
+def test_an_empty_pool_routes_to_nothing_with_zero_weights():
+    """No active prototype: every row -1, every weight 0 (renormalised or the full pool's),
+    out 0."""
+    q, c, v = unit(3, 4, 17), unit(6, 4, 18), torch.randn(6, 2, dtype=torch.float64)
+    for renormalise in (True, False):
+        cfg = GSRConfig(k=2, renormalise=renormalise, shards=2)
+        out, idx, w = gsr_route(q, c, v, torch.zeros(6, dtype=torch.bool), cfg)
+        assert (idx == -1).all() and (w == 0).all() and (out == 0).all()
+
+
+def test_local_and_combine_steps_default_to_offset_0():
+    """A worker's step without an offset numbers its rows from 0; combine_step sums w v over
+    the rows in [offset, offset + P_l), written out term by term (rows -1, outside, first,
+    last)."""
+    q, c = unit(2, 4, 19), unit(5, 4, 20)
+    part = local_step(q, c, None, 5, 1e-2)
+    assert sorted(part.indices[0].tolist()) == [0, 1, 2, 3, 4]
+    values = torch.tensor([[1.0], [10.0], [100.0]], dtype=torch.float64)  # rows 4, 5, 6
+    idx = torch.tensor([[4, 6, -1, 3, 7], [5, 0, 6, 6, 2]])
+    w = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5], [1.0, 2.0, 3.0, 4.0, 5.0]], dtype=torch.float64)
+    got = combine_step(w, idx, values, 4)
+    assert got.squeeze(-1).tolist() == pytest.approx([0.1 * 1 + 0.2 * 100, 1.0 * 10 + 700.0])
+    at_zero = combine_step(w, torch.tensor([[0, 2, -1, 1, 3]] * 2), values)
+    assert at_zero.squeeze(-1).tolist() == pytest.approx([0.1 + 20 + 4, 1 + 200 + 40])
+
+
+def test_error_report_in_closed_form_per_query_over_a_batch():
+    """Every entry of routing_error_report for queries [2, 2, m], against the definitions
+    evaluated per query from arccos SIDA weights and a Python sort."""
+    q, c = unit(4, 3, 21).reshape(2, 2, 3), unit(7, 3, 22)
+    v = torch.randn(7, 2, generator=torch.Generator().manual_seed(23), dtype=torch.float64)
+    r = routing_error_report(q, c, v, 3, 1e-2)
+    norms = v.norm(dim=-1).tolist()
+    frob = float(v.norm())
+    for b in range(2):
+        for i in range(2):
+            theta = torch.arccos((c @ q[b, i]).clamp(-1, 1)).tolist()
+            w = [1 / (t**2 + 1e-2) for t in theta]
+            w = [x / sum(w) for x in w]
+            top = sorted(range(7), key=lambda e: -w[e])[:3]
+            mass = sum(w[e] for e in top)
+            exact = sum(w[e] * v[e] for e in range(7))
+            unrenorm = sum(w[e] * v[e] for e in top)
+            expected = {
+                "err_renorm": float((unrenorm / mass - exact).norm()),
+                "err_unrenorm": float((unrenorm - exact).norm()),
+                "bound_tail": sum(w[e] * norms[e] for e in range(7) if e not in top),
+                "bound_frobenius": frob * (1 - mass),
+                "bound_renorm": 2 * (1 - mass) * max(norms),
+                "seed_bound": 2 * frob * (1 - mass) / mass * max(norms[e] for e in top),
+                "top_mass": mass,
+            }
+            assert set(r) == set(expected)
+            for key, value in expected.items():
+                assert r[key][b, i].item() == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+def test_module_output_is_gsr_over_the_active_rows_mapped_to_the_sphere():
+    """GeodesicSparseRouting with its config's K = 3 over a pool with 7 active rows: the
+    brute-force routed output over those rows' c / |c| (phi_A)."""
+    torch.manual_seed(24)
+    pool = MemoryPool(PoolConfig(capacity=20, dim=4, value_dim=3, initial_active=7)).double()
+    router = GeodesicSparseRouting(GSRConfig(k=3, eps=0.05, shards=2))
+    q = unit(6, 4, 13)
+    out, idx, w = router(q, pool, CrossGeometricMap(4))
+    c = pool.centroids.detach()
+    ref_out, ref_idx, ref_w = _brute_force_batched(
+        q, c / c.norm(dim=-1, keepdim=True), pool.values.detach(), pool.active, 3, 0.05, True
+    )
+    assert torch.equal(idx, ref_idx)
+    torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(w, ref_w, rtol=1e-9, atol=1e-12)
+
+
+def test_config_boundaries():
+    """k = shards = 1 are valid; a bool is no integer, a non-finite eps is refused."""
+    GSRConfig(k=1, shards=1)
+    with pytest.raises(ValueError, match="^GSRConfig.k must be an integer >= 1, got True$"):
+        GSRConfig(k=True)
+    with pytest.raises(ValueError, match="^GSRConfig.eps must be a finite number > 0, got inf$"):
+        GSRConfig(eps=float("inf"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from agent.core.distributed import run_local_ranks
 from world_model.memory.gsr import GSRConfig, gsr_route
@@ -71,19 +72,33 @@ def _worker(rank: int, cases: list[dict]) -> list[dict]:
             {"out": out, "idx": idx, "w": w, "moe": moe, "gathered": gathered,
              "log": log.calls, "moe_log": moe_log.calls}
         )  # fmt: skip
-    return results
+    # each rank alone in a group of its own: the collectives stay within the group
+    groups = [dist.new_group([r]) for r in range(WORLD)]
+    case = cases[0]
+    lo, hi = shard_bounds(case["prototypes"].shape[0], WORLD)[rank : rank + 2]
+    alone = sharded_gsr_route(
+        case["queries"], case["prototypes"][lo:hi], case["values"][lo:hi],
+        case["active"][lo:hi], lo, case["config"], group=groups[rank],
+    )  # fmt: skip
+    own = gather_queries(case["queries"][:3], group=groups[rank])
+    moe_alone = moe_dispatch(
+        case["queries"], alone[1] - lo, alone[2], case["values"][lo:hi], [0, hi - lo],
+        group=groups[rank],
+    )  # fmt: skip
+    return results, {"alone": alone, "own": own, "moe_alone": moe_alone}
 
 
 @pytest.fixture(scope="module")
 def two_ranks():
-    """Both ranks' results for each case (pool 37 k 5; pool 7 k 5: a shard smaller than K)."""
-    cases = [_case(37, 5), _case(7, 5)]
-    ranks = run_local_ranks(_worker, WORLD, (cases,))
-    return cases, ranks
+    """Both ranks' results for each case (pool 37 k 5; pool 7 k 5: a shard smaller than K;
+    pool 7 k 6: besides, fewer active prototypes than K), and each rank's run alone."""
+    cases = [_case(37, 5), _case(7, 5), _case(7, 6)]
+    both = run_local_ranks(_worker, WORLD, (cases,))
+    return cases, [results for results, _ in both], [alone for _, alone in both]
 
 
 def test_every_rank_gets_the_unsharded_routing(two_ranks):
-    cases, ranks = two_ranks
+    cases, ranks, _ = two_ranks
     for c, case in enumerate(cases):
         out, idx, w = gsr_route(
             case["queries"], case["prototypes"], case["values"], case["active"], case["config"]
@@ -99,7 +114,7 @@ def test_every_rank_gets_the_unsharded_routing(two_ranks):
 
 
 def test_moe_dispatch_of_the_same_selection_gives_the_same_output(two_ranks):
-    cases, ranks = two_ranks
+    cases, ranks, _ = two_ranks
     for c, case in enumerate(cases):
         n = case["queries"].shape[0] // WORLD
         for r, rank in enumerate(ranks):
@@ -110,7 +125,7 @@ def test_moe_dispatch_of_the_same_selection_gives_the_same_output(two_ranks):
 
 
 def test_logged_bytes_are_the_protocols_tensors(two_ranks):
-    cases, ranks = two_ranks
+    cases, ranks, _ = two_ranks
     for c, case in enumerate(cases):
         nq, k, dv = case["queries"].shape[0], case["config"].k, case["values"].shape[1]
         pool = case["prototypes"].shape[0]
@@ -130,3 +145,34 @@ def test_logged_bytes_are_the_protocols_tensors(two_ranks):
             m = case["queries"].shape[1]
             assert rank[c]["moe_log"][0] == ("all_to_all", (pool - (hi - lo)) * 8)
             assert rank[c]["moe_log"][1] == ("all_to_all", away * m * 8)
+            # the values sent back: one row per token the other rank sent for my rows
+            other = ranks[1 - r][c]["idx"][(1 - r) * n : (2 - r) * n]
+            incoming = int(((other >= lo) & (other < hi)).sum())
+            assert rank[c]["moe_log"][2:] == [("all_to_all", incoming * dv * 8)]
+
+
+def test_shard_bounds_in_numbers():
+    """round(i P / W): the slices gsr_route cuts (3.5 rounds to 4, 10/3 to 3, 20/3 to 7)."""
+    assert shard_bounds(7, 2) == [0, 4, 7]
+    assert shard_bounds(10, 3) == [0, 3, 7, 10]
+    assert shard_bounds(2, 4) == [0, 0, 1, 2, 2]
+
+
+def test_a_rank_in_a_group_of_its_own_routes_over_its_shard_alone(two_ranks):
+    """With `group` a one-rank group, no collective reaches the other rank: the output is
+    gsr_route over the rank's own shard (global rows), gather_queries returns the rank's own
+    queries and the MoE dispatch combines its own rows."""
+    cases, _, alone = two_ranks
+    case = cases[0]
+    bounds = shard_bounds(case["prototypes"].shape[0], WORLD)
+    for r, result in enumerate(alone):
+        lo, hi = bounds[r], bounds[r + 1]
+        out, idx, w = gsr_route(
+            case["queries"], case["prototypes"][lo:hi], case["values"][lo:hi],
+            case["active"][lo:hi], case["config"],
+        )  # fmt: skip
+        assert torch.equal(result["alone"][1], idx + lo)
+        torch.testing.assert_close(result["alone"][2], w, rtol=0, atol=1e-15)
+        torch.testing.assert_close(result["alone"][0], out, rtol=1e-13, atol=1e-13)
+        assert torch.equal(result["own"], case["queries"][:3])
+        torch.testing.assert_close(result["moe_alone"], out, rtol=1e-13, atol=1e-13)

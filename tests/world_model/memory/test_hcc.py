@@ -143,3 +143,60 @@ def test_config_errors_are_one_line(kwargs, match):
     with pytest.raises(ValueError, match=match) as info:
         HCCConfig(**kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_suggested_range_and_the_default_direction_range():
+    """min(1, 4 / sqrt(d)) in numbers, and compress without a range codes with that range: its
+    decoded keys are the coordinate-by-coordinate reference's at a = 4 / sqrt(d)."""
+    assert suggested_range(4) == 1.0 and suggested_range(16) == 1.0
+    assert suggested_range(64) == 0.5 and suggested_range(256) == 0.25
+    assert suggested_range(64, spread=2.0) == 0.25
+    keys = keys_in_ball(20, 64, seed=6)
+    packed = compress(keys, 3, 5)
+    assert packed.config.direction_range == 0.5
+    torch.testing.assert_close(
+        packed.decompress(), reference_decode(keys, 3, 5, "seed", 0.5), rtol=1e-12, atol=1e-12
+    )
+
+
+def test_batched_keys_and_a_single_key_decode_as_their_rows():
+    """Keys [b, n, d] (d != n) and a single key [d] decode as the rows of the 2-D reference;
+    one key of d = 1 at 1 + 1 bits packs into one byte (ratio 4 / 1)."""
+    keys = keys_in_ball(24, 5, seed=7)
+    ref = reference_decode(keys, 4, 6, "zero", 0.8)
+    packed = compress(keys.reshape(2, 12, 5), 4, 6, grid="zero", direction_range=0.8)
+    assert packed.nbytes == math.ceil(24 * (4 * 5 + 6) / 8)
+    torch.testing.assert_close(packed.decompress(), ref.reshape(2, 12, 5), rtol=1e-12, atol=1e-12)
+    one = compress(keys[3], 4, 6, grid="zero", direction_range=0.8).decompress()
+    torch.testing.assert_close(one, ref[3], rtol=1e-12, atol=1e-12)
+    tiny = compress(torch.tensor([[0.5]]), 1, 1)
+    assert tiny.nbytes == 1 and tiny.compression_ratio() == 4.0
+
+
+def test_refusals_of_compress_name_their_input():
+    """Non-finite keys, a scalar and a key on the unit sphere (|k| = 1 exactly) are refused
+    with their messages; the norm just below 1 is accepted."""
+    finite = "^compress: keys must be a finite tensor \\[\\.\\.\\., n, d\\]$"
+    with pytest.raises(ValueError, match=finite):
+        compress(torch.tensor([[0.1, float("nan")]]))
+    with pytest.raises(ValueError, match=finite):
+        compress(torch.tensor(0.5))
+    with pytest.raises(ValueError, match="^compress: keys must lie in the open unit ball"):
+        compress(torch.tensor([[1.0, 0.0]], dtype=torch.float64))
+    assert compress(torch.tensor([[1.0 - 1e-12, 0.0]], dtype=torch.float64)).nbytes > 0
+
+
+def test_config_accepts_its_boundaries():
+    """The widest widths (16 bits), the narrowest (1 bit), 2 bits on the "zero" grid and the
+    full range a = 1 are valid; a bool is not a bit width."""
+    for kwargs in (
+        dict(bits_dir=16, bits_radius=16),
+        dict(bits_dir=1, bits_radius=1),
+        dict(grid="zero", bits_dir=2),
+        dict(direction_range=1.0),
+    ):
+        HCCConfig(**kwargs)
+    with pytest.raises(ValueError, match="^HCCConfig.bits_dir must be an integer in"):
+        HCCConfig(bits_dir=True)
+    with pytest.raises(ValueError, match="^HCCConfig.grid 'zero' needs bits_dir >= 2 \\(one"):
+        HCCConfig(grid="zero", bits_dir=1)

@@ -4,6 +4,8 @@ autograd Jacobians, where it is vacuous, and a saturated gate whose gradient van
 
 from __future__ import annotations
 
+import math
+
 import geoopt
 import pytest
 import torch
@@ -101,3 +103,62 @@ def test_config_errors_are_one_line():
         with pytest.raises(ValueError, match=match) as info:
             HyperGateConfig(**kwargs)
         assert "\n" not in str(info.value)
+
+
+def test_bounds_in_closed_form_over_a_batch():
+    """gate_jacobian_bounds on inputs [2, 5, D] against the formulas written out per input:
+    min_k s_k - max_k |s_k (1 - s_k) u_k| sigma_1(W) and min_k s_k - |u|_inf sigma_1(W) / 4,
+    sigma_1 from the singular values."""
+    g = torch.Generator().manual_seed(6)
+    w = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    b = torch.randn(4, generator=g, dtype=torch.float64)
+    u = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
+    sharp, seed_form = gate_jacobian_bounds(u, w, b)
+    assert sharp.shape == seed_form.shape == (2, 5)
+    top = float(torch.linalg.svdvals(w)[0])
+    wl, bl = w.tolist(), b.tolist()
+    for i in range(2):
+        for j in range(5):
+            x = u[i, j].tolist()
+            z = [sum(wr[c] * x[c] for c in range(4)) + br for wr, br in zip(wl, bl, strict=True)]
+            s = [1 / (1 + math.exp(-zk)) for zk in z]
+            lead = min(s)
+            worst = max(abs(sk * (1 - sk) * xk) for sk, xk in zip(s, x, strict=True))
+            assert sharp[i, j].item() == pytest.approx(lead - worst * top, rel=1e-9, abs=1e-12)
+            inf = max(abs(xk) for xk in x)
+            assert seed_form[i, j].item() == pytest.approx(
+                lead - inf * top / 4, rel=1e-9, abs=1e-12
+            )
+
+
+def test_an_unbatched_call_is_the_definition_with_learned_gate_parameters():
+    """main [N, H, dh] without a batch dimension, non-zero slopes: kappa, beta, the dimension
+    gate and h against the definitions (log(1 - |q|^2) means, geoopt's distance to 0)."""
+    torch.manual_seed(7)
+    gate = HyperGate(HyperGateConfig(dim=6, heads=2)).double()
+    with torch.no_grad():
+        gate.head_slope.copy_(torch.tensor([0.8, -0.5]))
+        gate.token_slope.fill_(1.3)
+    g = torch.Generator().manual_seed(8)
+    main = torch.randn(3, 2, 3, generator=g, dtype=torch.float64)  # [N, H, dh]
+    pos = 0.3 * torch.randn(3, 2, 4, generator=g, dtype=torch.float64)
+    mem = torch.randn(3, 6, generator=g, dtype=torch.float64)
+    h, gates = gate(main, pos, mem)
+    kappa = torch.sigmoid(
+        gate.head_slope * torch.log(1 - (pos**2).sum(-1)).mean(0) + gate.head_offset
+    )
+    beta = torch.sigmoid(1.3 * geoopt.PoincareBall().dist0(pos).mean(-1) + gate.token_offset)
+    u = torch.cat([kappa[0] * main[:, 0], kappa[1] * main[:, 1]], -1) + beta[:, None] * mem
+    g_ref = torch.sigmoid(u @ gate.gate.weight.T + gate.gate.bias)
+    torch.testing.assert_close(gates["kappa"], kappa)
+    torch.testing.assert_close(gates["beta"], beta)
+    torch.testing.assert_close(gates["gate"], g_ref)
+    torch.testing.assert_close(h, g_ref * u)
+
+
+def test_one_head_is_a_valid_config_and_zero_heads_is_refused():
+    HyperGateConfig(dim=5, heads=1)
+    with pytest.raises(ValueError, match="^HyperGateConfig.heads must be an integer >= 1, got 0$"):
+        HyperGateConfig(dim=4, heads=0)
+    with pytest.raises(ValueError, match="^HyperGateConfig.dim must be an integer >= 1, got True$"):
+        HyperGateConfig(dim=True, heads=1)

@@ -7,6 +7,7 @@ and the numbers stay finite at the ball's boundary."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import geoopt
@@ -233,3 +234,121 @@ def test_a_pool_smaller_than_route_k_is_read_whole():
     index, valid, _ = dyn.prototypes.route(z)
     assert index.shape == (5, 8) and valid.all()
     assert all(sorted(row) == list(range(8)) for row in index.tolist())
+
+
+def test_config_boundaries_refusals_and_the_dmg_rule_per_update():
+    """Every count may be 1; 0, a bool, an initial above the capacity, eps 0 or inf are refused
+    with their messages. The DMG rule for updates of B samples is the module docstring's: tau =
+    1 + kappa sigma + S / t on each sample's relative error, one spawn per update (cooldown
+    B - 1), pruning after prune_idle updates (B prune_idle steps), LRU eviction."""
+    RoutedPoolConfig(capacity=1, initial=1, k=1, feature_dim=1, window=1, prune_idle=1)
+    for kwargs, match in (
+        (dict(initial=0), "^RoutedPoolConfig.initial must be an integer >= 1, got 0$"),
+        (dict(k=True), "^RoutedPoolConfig.k must be an integer >= 1, got True$"),
+        (dict(capacity=8, initial=9, k=2), r"^RoutedPoolConfig.initial \(9\) must be <= capacity"),
+        (dict(eps=0.0), "^RoutedPoolConfig.eps must be a finite number > 0, got 0.0$"),
+        (dict(spawn_sigmas=float("inf")), "^RoutedPoolConfig.spawn_sigmas must be a finite"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            RoutedPoolConfig(**kwargs)
+    cfg = RoutedPoolConfig(window=32, spawn_sigmas=2, prune_idle=5)
+    rule = cfg.dmg(8)
+    assert (rule.window, rule.trigger, rule.when_full) == (32, "sample", "evict_lru")
+    assert (rule.tau_base, rule.kappa, rule.gamma) == (1.0, 2.0, 1.0)
+    assert isinstance(rule.kappa, float)
+    assert (rule.cooldown, rule.prune_age, rule.max_idle) == (7, 40, 40)
+
+
+def test_initial_rows_keys_n01_values_n0_1_over_f_inside_max_norm():
+    """With the generator seeded: the positions are geoopt's exp_0 of init_scale N(0, 1) rescaled
+    to |c| <= max_norm, and the four feature blocks [force keys | force values | correction keys
+    | correction values] are N(0, 1), N(0, 1/F), N(0, 1), N(0, 1/F) (the same draws)."""
+    cfg = RoutedPoolConfig(capacity=12, initial=5, k=2, feature_dim=3, init_scale=2.5, max_norm=0.8)
+    torch.manual_seed(25)
+    pool = RoutedPrototypePool(2, cfg)
+    torch.manual_seed(25)
+    c = geoopt.PoincareBall().expmap0(2.5 * torch.randn(12, 2))
+    raw = torch.randn(12, 12)
+    norm = c.norm(dim=-1, keepdim=True)
+    assert (norm > 0.8).any() and (norm < 0.8).any()
+    torch.testing.assert_close(pool.pool.centroids.data, c * (0.8 / norm).clamp(max=1.0))
+    scale = torch.tensor([1.0, 3**-0.5, 1.0, 3**-0.5]).repeat_interleave(3)
+    torch.testing.assert_close(pool.pool.values.data, raw * scale)
+    assert pool.pool.active.tolist() == [True] * 5 + [False] * 7
+    assert pool.prunes.dtype == torch.int64
+
+
+def test_routing_report_in_numbers():
+    """Every entry of routing_report for three roots over a pool with an inactive row holding
+    the largest force value: the SIDA weights from the stereographic map by arccos, their
+    entropy and top-K mass, 2 (1 - W_K) max |force value| over the active rows, and the
+    counters."""
+    torch.manual_seed(26)
+    cfg = RoutedPoolConfig(capacity=8, initial=6, k=2, feature_dim=2, eps=0.05)
+    pool = RoutedPrototypePool(3, cfg).double()
+    with torch.no_grad():
+        pool.pool.values[7, 2:4] = 100.0  # inactive: not in the bound
+        pool.pool.values[0, 0:2] = 50.0  # force keys: not in the bound
+    pool.dmg.spawns.fill_(3)
+    pool.prunes.fill_(2)
+    z = geoopt.PoincareBall().expmap0(0.7 * torch.randn(3, 3, dtype=torch.float64))
+    report = pool.routing_report(z)
+    q = sphere.ball_to_sphere_stereographic(z)
+    c = sphere.ball_to_sphere_stereographic(pool.pool.centroids.detach())
+    vmax = max(float(pool.pool.values.detach()[e, 2:4].norm()) for e in range(6))
+    entropies, masses, bounds = [], [], []
+    for i in range(3):
+        theta = torch.arccos((c[:6] @ q[i]).clamp(-1, 1)).tolist()
+        w = [1 / (t**2 + 0.05) for t in theta]
+        w = [x / sum(w) for x in w]
+        entropies.append(-sum(x * math.log(x) for x in w))
+        masses.append(sum(sorted(w)[-2:]))
+        bounds.append(2 * (1 - masses[-1]) * vmax)
+    expected = {
+        "prototypes_active": 6.0,
+        "prototype_spawns": 3.0,
+        "prototype_prunes": 2.0,
+        "routing_entropy": sum(entropies) / 3,
+        "routing_topk_mass": sum(masses) / 3,
+        "gsr_bound": sum(bounds) / 3,
+    }
+    assert set(report) == set(expected)
+    for key, value in expected.items():
+        assert report[key] == pytest.approx(value, rel=1e-9), key
+
+
+def test_genesis_is_scale_free_and_sets_the_rule_for_the_batch():
+    """Errors scaled by 1e-3 spawn exactly where the unscaled ones do (the relative error is
+    divided by the batch mean, however small), and the DMG's rule is the config's for a batch
+    of 8 (not the latent dimension's 2)."""
+    rows = []
+    for scale in (1.0, 1e-3):
+        cfg = RoutedPoolConfig(capacity=10, initial=4, k=2, window=8, spawn_sigmas=1.0)
+        torch.manual_seed(27)
+        pool = RoutedPrototypePool(2, cfg).double()
+        z = geoopt.PoincareBall().expmap0(0.5 * torch.randn(8, 2, dtype=torch.float64))
+        pool.genesis(z, scale * torch.ones(8, dtype=torch.float64))
+        errors = torch.ones(8, dtype=torch.float64)
+        errors[5] = 50.0
+        written = pool.genesis(z, scale * errors)
+        rows.append([r.tolist() for _, r in written])
+        torch.testing.assert_close(pool.pool.centroids[4], z[5])
+        assert pool.dmg.config == cfg.dmg(8)
+    assert rows[0] == rows[1] == [[4], [4]]
+
+
+def test_an_evicting_spawn_is_a_spawn_not_a_prune():
+    """A full pool (nothing old enough to prune): the surprising sample evicts the least
+    recently used row and takes its place; spawns counts it, prunes does not."""
+    cfg = RoutedPoolConfig(capacity=3, initial=3, k=1, window=4, spawn_sigmas=1.0)
+    torch.manual_seed(28)
+    pool = RoutedPrototypePool(2, cfg).double()
+    pool.pool.t_last[:] = torch.tensor([5, 2, 7])
+    pool.dmg.t.fill_(8)
+    z = geoopt.PoincareBall().expmap0(0.5 * torch.randn(4, 2, dtype=torch.float64))
+    pool.genesis(z, torch.ones(4, dtype=torch.float64))
+    written = pool.genesis(z, torch.tensor([1.0, 1.0, 30.0, 1.0], dtype=torch.float64))
+    assert [r.tolist() for _, r in written] == [[1], [1]]
+    torch.testing.assert_close(pool.pool.centroids[1], z[2])
+    assert int(pool.dmg.spawns) == 1 and int(pool.prunes) == 0
+    assert pool.pool.active.all()
