@@ -135,7 +135,8 @@ def gsr_route(
     config: GSRConfig,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """GSR output: queries [..., Nq, m], prototypes [P, m], values [P, dv], active [P] ->
-    out [..., Nq, dv], indices [..., Nq, K] (-1 = none), weights [..., Nq, K]."""
+    out [..., Nq, dv], indices [..., Nq, K'] (-1 = none), weights [..., Nq, K'], K' = min(K, P)
+    (`sharded_gsr_route` pads to K)."""
     pool = prototypes.shape[0]
     bounds = [round(i * pool / config.shards) for i in range(config.shards + 1)]
     parts = []

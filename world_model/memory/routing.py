@@ -221,8 +221,8 @@ def soft_routing(logits: Tensor) -> Tensor:
 def hard_routing(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Hard routing (§8.3): the K largest SIDA weights, renormalised over the K.
 
-    logits [..., Nq, P] -> indices int64 [..., Nq, K] (-1 where fewer than K prototypes are
-    active) and weights [..., Nq, K] (rows sum to 1, or 0 with no active prototype). The
+    logits [..., Nq, P] -> indices int64 [..., Nq, K'] (K' = min(K, P); -1 where fewer than K'
+    prototypes are active) and weights [..., Nq, K'] (rows sum to 1, or 0 with none). The
     weights are differentiable in the selected logits (the selection itself is not)."""
     top, idx = ordered_topk(logits, k)  # [..., Nq, K]
     idx = idx.masked_fill(~torch.isfinite(top), -1)
@@ -230,11 +230,11 @@ def hard_routing(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def ordered_topk(scores: Tensor, k: int, indices: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """The k largest scores [..., n] in descending order, ties broken by the lower index, and
-    their indices [..., k] (`indices` [..., n]: each score's own index, e.g. a prototype's
-    global row; default its position). torch.topk leaves the order of ties unspecified, so a
-    top-K merged from shards could differ from the unsharded one where two prototypes score
-    the same; this order is one total order for both."""
+    """The min(k, n) largest scores [..., n] in descending order, ties broken by the lower
+    index, and their indices [..., min(k, n)] (`indices` [..., n]: each score's own index,
+    e.g. a prototype's global row; default its position). torch.topk leaves the order of ties
+    unspecified, so a top-K merged from shards could differ from the unsharded one where two
+    prototypes score the same; this order is one total order for both."""
     if indices is None:
         indices = torch.arange(scores.shape[-1], device=scores.device).expand_as(scores)
     else:  # index order first, so the stable sort below keeps ties by index
