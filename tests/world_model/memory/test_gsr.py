@@ -24,16 +24,29 @@ def unit(n, d, seed=0):
     return x / x.norm(dim=-1, keepdim=True)
 
 
-def brute_force(q, c, v, k, eps, renormalise):
-    out = torch.zeros(q.shape[0], v.shape[1], dtype=torch.float64)
-    for i in range(q.shape[0]):
-        theta = torch.arccos((c @ q[i]).clamp(-1, 1))
-        w = 1 / (theta**2 + eps)
-        w = w / w.sum()
-        top = torch.argsort(w, descending=True)[:k]
-        wk = w[top] / (w[top].sum() if renormalise else 1.0)
-        out[i] = (wk.unsqueeze(-1) * v[top]).sum(0)
-    return out
+def brute_force(q, c, v, active, k, eps, renormalise):
+    """Per query of q [..., Nq, m]: SIDA weights over the active prototypes (all where active
+    is None) by arccos, the k largest (ties to the lower row), renormalised or not -> out,
+    rows (-1 padded), weights."""
+    flat = q.reshape(-1, q.shape[-1])
+    outs, rows, weights = [], [], []
+    live = [e for e in range(c.shape[0]) if active is None or active[e]]
+    for x in flat:
+        theta = torch.arccos((c @ x).clamp(-1, 1)).tolist()
+        w = {e: 1 / (theta[e] ** 2 + eps) for e in live}
+        total = sum(w.values())
+        top = sorted(live, key=lambda e: (-w[e], e))[:k]
+        norm = sum(w[e] for e in top) if renormalise else total
+        sel = [w[e] / norm for e in top]
+        outs.append(sum((s * v[e] for s, e in zip(sel, top, strict=True)), torch.zeros_like(v[0])))
+        rows.append(top + [-1] * (k - len(top)))
+        weights.append(sel + [0.0] * (k - len(top)))
+    shape = q.shape[:-1]
+    return (
+        torch.stack(outs).reshape(*shape, v.shape[-1]),
+        torch.tensor(rows).reshape(*shape, k),
+        torch.tensor(weights, dtype=v.dtype).reshape(*shape, k),
+    )
 
 
 @pytest.mark.parametrize("renormalise", [True, False])
@@ -43,7 +56,7 @@ def test_routed_output_is_the_top_k_sida_combination(renormalise, shards):
     cfg = GSRConfig(k=4, eps=1e-2, renormalise=renormalise, shards=shards)
     out, idx, w = gsr_route(q, c, v, None, cfg)
     torch.testing.assert_close(
-        out, brute_force(q, c, v, 4, 1e-2, renormalise), rtol=1e-6, atol=1e-9
+        out, brute_force(q, c, v, None, 4, 1e-2, renormalise)[0], rtol=1e-6, atol=1e-9
     )
     assert idx.shape == w.shape == (11, 4) and (idx >= 0).all()
 
@@ -133,30 +146,6 @@ def test_config_errors_are_one_line():
         assert "\n" not in str(info.value)
 
 
-def _brute_force_batched(q, c, v, active, k, eps, renormalise):
-    """Per query of q [..., Nq, m]: SIDA weights over the active prototypes by arccos, the k
-    largest (ties to the lower row), renormalised or not -> out, rows (-1 padded), weights."""
-    flat = q.reshape(-1, q.shape[-1])
-    outs, rows, weights = [], [], []
-    live = [e for e in range(c.shape[0]) if active[e]]
-    for x in flat:
-        theta = torch.arccos((c @ x).clamp(-1, 1)).tolist()
-        w = {e: 1 / (theta[e] ** 2 + eps) for e in live}
-        total = sum(w.values())
-        top = sorted(live, key=lambda e: (-w[e], e))[:k]
-        norm = sum(w[e] for e in top) if renormalise else total
-        sel = [w[e] / norm for e in top]
-        outs.append(sum((s * v[e] for s, e in zip(sel, top, strict=True)), torch.zeros_like(v[0])))
-        rows.append(top + [-1] * (k - len(top)))
-        weights.append(sel + [0.0] * (k - len(top)))
-    shape = q.shape[:-1]
-    return (
-        torch.stack(outs).reshape(*shape, v.shape[-1]),
-        torch.tensor(rows).reshape(*shape, k),
-        torch.tensor(weights, dtype=v.dtype).reshape(*shape, k),
-    )
-
-
 @pytest.mark.parametrize("renormalise", [True, False])
 def test_batched_queries_over_more_shards_than_rows_with_fewer_active_than_k(renormalise):
     """Queries [2, 3, m] over 5 prototypes cut into 7 shards (some empty), 3 of them active
@@ -166,7 +155,7 @@ def test_batched_queries_over_more_shards_than_rows_with_fewer_active_than_k(ren
     active = torch.tensor([True, False, True, False, True])
     cfg = GSRConfig(k=4, eps=1e-2, renormalise=renormalise, shards=7)
     out, idx, w = gsr_route(q, c, v, active, cfg)
-    ref_out, ref_idx, ref_w = _brute_force_batched(q, c, v, active, 4, 1e-2, renormalise)
+    ref_out, ref_idx, ref_w = brute_force(q, c, v, active, 4, 1e-2, renormalise)
     assert torch.equal(idx, ref_idx)
     torch.testing.assert_close(w, ref_w, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(out, ref_out, rtol=1e-9, atol=1e-12)
@@ -238,7 +227,7 @@ def test_module_output_is_gsr_over_the_active_rows_mapped_to_the_sphere():
     q = unit(6, 4, 13)
     out, idx, w = router(q, pool, CrossGeometricMap(4))
     c = pool.centroids.detach()
-    ref_out, ref_idx, ref_w = _brute_force_batched(
+    ref_out, ref_idx, ref_w = brute_force(
         q, c / c.norm(dim=-1, keepdim=True), pool.values.detach(), pool.active, 3, 0.05, True
     )
     assert torch.equal(idx, ref_idx)
