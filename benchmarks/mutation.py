@@ -7,12 +7,13 @@
 For each package this copies the tracked tree into `runs/mutation/<package>/` (ignored by git),
 writes a `[tool.mutmut]` section there that mutates the package alone and selects the package's
 own unit tests without the slow ones (no training), and runs `mutmut run` in it. mutmut keeps
-every verdict under `mutants/`: running again resumes and re-tests only what changed. Not part
-of CI (an hour or more on two cores).
+every verdict under `mutants/`: running again resumes and re-tests only what changed. Functions
+that run only in ranks a test spawns (SPAWNED) get those tests by hand in a second pass, since
+mutmut sees calls in the pytest process alone. Not part of CI (an hour or more on two cores).
 
 The table counts killed, survived, timeout and others per package, and the score
 killed / (all - equivalent), where a surviving mutant is equivalent when it cannot change
-behaviour; each such mutant is listed with its reason in `benchmarks/mutation_equivalent.py`
+behaviour; each such mutant is listed with its reason in `benchmarks/mutation_equivalent/`
 (keyed by file, function and the line before and after, so the list survives renumbering). With
 `--survivors` every surviving mutant that is not listed is printed as its diff, to be killed
 by a sharper test or listed.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import re
 import shutil
 import subprocess
@@ -50,6 +52,14 @@ PACKAGES = {
         "world_model/attention", tuple(f"tests/world_model/{t}.py" for t in _ATTENTION_TESTS)
     ),
     "memory": Package("world_model/memory", ("tests/world_model/memory",)),
+}
+# Functions that run only inside ranks a test spawns (torch.multiprocessing): mutmut records
+# which tests call a function in the pytest process alone, so it maps these to no test. They are
+# mapped here by hand to the tests that spawn them and run in a second pass.
+SPAWNED = {
+    "memory": {
+        "world_model.memory.gsr_distributed.": "tests/world_model/memory/test_gsr_distributed.py"
+    },
 }
 MUTANT = re.compile(r"^\s*([\w.]+)__mutmut_(\d+): (\w[\w ]*)$")
 
@@ -94,6 +104,33 @@ def mutmut(work: Path, *args: str, check: bool = True) -> str:
     ).stdout
 
 
+def verdicts(work: Path) -> dict[str, str]:
+    """mutant name -> verdict of the package's last run."""
+    out = {}
+    for line in mutmut(work, "results", "--all", "true").splitlines():
+        if m := MUTANT.match(line):
+            out[f"{m[1]}__mutmut_{m[2]}"] = m[3].strip()
+    return out
+
+
+def map_spawned(work: Path, spawned: dict[str, str]) -> list[str]:
+    """Give the untested mutants of functions under each prefix in `spawned` (module. -> test
+    file) that file's tests, in mutmut's stats; their names, to run again."""
+    stats_file = work / "mutants" / "mutmut-stats.json"
+    stats = json.loads(stats_file.read_text())
+    names = []
+    for prefix, test_file in spawned.items():
+        tests = [t for t in stats["duration_by_test"] if t.startswith(test_file + "::")]
+        for mutant, verdict in verdicts(work).items():
+            if mutant.startswith(prefix) and verdict == "no tests":
+                function = mutant.partition("__mutmut_")[0]
+                known = stats["tests_by_mangled_function_name"].setdefault(function, [])
+                known.extend(t for t in tests if t not in known)
+                names.append(mutant)
+    stats_file.write_text(json.dumps(stats))
+    return names
+
+
 def diff_lines(work: Path, mutant: str) -> tuple[str, str]:
     """The mutated line before and after (stripped), from `mutmut show`."""
     out = mutmut(work, "show", mutant).splitlines()
@@ -116,16 +153,11 @@ def report(
     counts: dict[str, int] = {}
     unlisted: list[tuple[str, str, str]] = []
     equivalent = 0
-    for line in mutmut(work, "results", "--all", "true").splitlines():
-        m = MUTANT.match(line)
-        if not m:
-            continue
-        verdict = m[3].strip()
+    for mutant, verdict in verdicts(work).items():
         counts[verdict] = counts.get(verdict, 0) + 1
         if verdict == "survived":
-            mutant = f"{m[1]}__mutmut_{m[2]}"
             before, after = diff_lines(work, mutant)
-            if key(m[1], before, after) in equivalent_table:
+            if key(mutant.partition("__mutmut_")[0], before, after) in equivalent_table:
                 equivalent += 1
             else:
                 unlisted.append((mutant, before, after))
@@ -156,7 +188,11 @@ def main() -> int:
         if not args.report_only:
             work = prepare(name, PACKAGES[name])
             print(f"{name}: mutmut run in {work}", flush=True)
-            mutmut(work, "run", "--max-children", str(args.max_children), check=False)
+            children = ("--max-children", str(args.max_children))
+            mutmut(work, "run", *children, check=False)
+            if spawned := map_spawned(work, SPAWNED.get(name, {})):
+                print(f"{name}: {len(spawned)} mutants of functions run in spawned ranks")
+                mutmut(work, "run", *children, *spawned, check=False)
         elif not (work / "mutants").is_dir():
             print(f"benchmarks.mutation: no run of {name} in {work}")
             return 2

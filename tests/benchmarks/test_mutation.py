@@ -47,12 +47,18 @@ def test_the_score_counts_killed_survived_and_listed_equivalent_mutants(tmp_path
 
         def clamp(x):
             return min(max(x, 0), 10)
+
+
+        def triple(x):
+            return 3 * x
         """)
     )
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_calc.py").write_text(
         textwrap.dedent("""
-        from toy.calc import clamp, double
+        import multiprocessing
+
+        from toy.calc import clamp, double, triple
 
 
         def test_double():
@@ -61,6 +67,11 @@ def test_the_score_counts_killed_survived_and_listed_equivalent_mutants(tmp_path
 
         def test_clamp_misses_the_top():
             assert clamp(-4) == 0 and clamp(5) == 5
+
+
+        def test_triple_in_a_spawned_process():
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                assert pool.apply(triple, (2,)) == 6
         """)
     )
     (tmp_path / "pyproject.toml").write_text(
@@ -69,7 +80,15 @@ def test_the_score_counts_killed_survived_and_listed_equivalent_mutants(tmp_path
     mutation.mutmut(tmp_path, "run", "--max-children", "1", check=False)
     plain = mutation.report("toy", tmp_path, show=False, equivalent_table={})
     assert plain["total"] == plain["killed"] + plain["survived"] + plain["other"]
+    assert plain["other"] >= 1  # triple's mutants: "no tests"
     assert plain["survived"] >= 1 and plain["equivalent"] == 0  # clamp's 10 is never reached
+    # triple runs only in a spawned process: no test is recorded for it until it is mapped
+    untested = [m for m, v in mutation.verdicts(tmp_path).items() if ".x_triple__" in m]
+    assert untested and {mutation.verdicts(tmp_path)[m] for m in untested} == {"no tests"}
+    spawned = mutation.map_spawned(tmp_path, {"toy.calc.x_triple": "tests/test_calc.py"})
+    assert sorted(spawned) == sorted(untested)
+    mutation.mutmut(tmp_path, "run", "--max-children", "1", *spawned, check=False)
+    assert {mutation.verdicts(tmp_path)[m] for m in untested} == {"killed"}
     survivors = [
         line.split(":")[0].strip()
         for line in mutation.mutmut(tmp_path, "results").splitlines()

@@ -1,11 +1,10 @@
-"""Surviving mutants that cannot change behaviour, with the reason (read by benchmarks.mutation).
+"""Equivalent surviving mutants of geometry/ (see this package's __init__.py)."""
 
-Keyed by (module, function, line before, line after) as `mutmut show` prints them, stripped;
-methods appear as `Classǁmethod`, the way mutmut names them. A mutant is
-listed only after reading it: the reason says why no input can tell it from the original.
-"""
+from benchmarks.mutation_equivalent._table import Table
 
-EQUIVALENT: dict[tuple[str, str, str, str], str] = {}
+_table = Table()
+EQUIVALENT = _table.entries
+_add = _table.add
 
 _TWO_BRANCHES = (
     "both branches compute b @ z' (one as a matrix product, one broadcast): a speed choice"
@@ -14,11 +13,6 @@ _OUTSIDE_FLOORED = (
     "a target on or outside the boundary has 1 - |z'|^2 floored at eps, which at_floor turns "
     "into inf as the original does"
 )
-
-
-def _add(module: str, function: str, pairs: list[tuple[str, str]], why: str) -> None:
-    for before, after in pairs:
-        EQUIVALENT[(module, function, before, after)] = why
 
 
 _add("geometry.screening", "weighted_string_area_grad", [
