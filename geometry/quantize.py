@@ -78,14 +78,13 @@ def quantize_direction(u: Tensor, bits: int, grid: str, coord_range: float = 1.0
     return (torch.round(u / step).clamp(-half, half) + half).to(torch.int64)
 
 
-def dequantize_direction(
-    codes: Tensor, bits: int, grid: str, dtype: torch.dtype, coord_range: float = 1.0
-) -> Tensor:
+def dequantize_direction(codes: Tensor, bits: int, grid: str, dtype: torch.dtype) -> Tensor:
     """Grid values of the codes, renormalised to a unit vector: int [..., d] -> [..., d]
-    (a zero vector, possible on the "zero" grid, stays zero)."""
-    step = direction_step(bits, grid, coord_range)
+    (a zero vector, possible on the "zero" grid, stays zero). Every level is a multiple of the
+    range a, which the renormalisation cancels: the levels are read on a = 1."""
+    step = direction_step(bits, grid)
     if grid == "seed":
-        q = codes.to(dtype) * step - coord_range
+        q = codes.to(dtype) * step - 1.0
     else:
         q = (codes.to(dtype) - (2 ** (bits - 1) - 1)) * step
     return sphere.normalize(q)

@@ -465,7 +465,7 @@ def _radius_codes(i: Leaves) -> Tensor:
 
 def _direction_codes(i: Leaves, grid: str) -> Tensor:
     codes = quantize.quantize_direction(i.ux, 4, grid, 0.8)
-    return quantize.dequantize_direction(codes, 4, grid, F32, 0.8)
+    return quantize.dequantize_direction(codes, 4, grid, F32)
 
 
 def _cases() -> list[Case]:

@@ -128,14 +128,14 @@ def window_statistics(history: Tensor, losses: Tensor, window: int) -> tuple[Ten
     mean [T], std [T], float64, by prefix sums of the shifted losses (no per-step loop)."""
     hist = history[-(window - 1) :] if window > 1 else history[:0]
     x = torch.cat([hist, losses]).to(torch.float64)  # [h + T]
-    shift = x.mean() if x.numel() else x.new_zeros(())
+    shift = x.mean()  # NaN for no losses at all, which leaves the outputs empty
     y = x - shift
     zero = y.new_zeros(1)
     s1 = torch.cat([zero, torch.cumsum(y, 0)])  # [h + T + 1]
     s2 = torch.cat([zero, torch.cumsum(y * y, 0)])
     end = torch.arange(hist.numel() + 1, x.numel() + 1)  # one past each new loss
     start = (end - window).clamp_min(0)
-    count = (end - start).to(torch.float64)
+    count = end - start
     m = (s1[end] - s1[start]) / count
     var = ((s2[end] - s2[start]) / count - m * m).clamp_min(0.0)
     return m + shift, var.sqrt()
@@ -162,12 +162,12 @@ def surprise_scan(
     stat_l = stat.tolist()
     gamma, warm, cool = cfg.gamma, cfg.warmup_steps, cfg.cooldown
     n = len(stat_l)
-    surprise, spawn, thr = [False] * n, [False] * n, [0.0] * n
+    surprise, spawn, thr = [False] * n, [False] * n, []
     s, last = surprises, last_spawn
     for i in range(n):
         t = t0 + i + 1  # steps are numbered from 1
         tau = base[i] + gamma * s / t
-        thr[i] = tau
+        thr.append(tau)
         if t >= warm and stat_l[i] > tau:
             surprise[i] = True
             s += 1

@@ -101,20 +101,18 @@ class CompressedKeys:
         d, cfg = self.shape[-1], self.config
         count = math.prod(self.shape[:-1])
         codes = quantize.unpack_bits(self.data, self.widths(), count)  # [count, d + 1]
-        u_hat = quantize.dequantize_direction(
-            codes[:, :d], cfg.bits_dir, cfg.grid, self.dtype, cfg.direction_range
-        )  # [count, d]
+        u_hat = quantize.dequantize_direction(codes[:, :d], cfg.bits_dir, cfg.grid, self.dtype)
         r_hat = quantize.dequantize_radius(codes[:, d], cfg.bits_radius, self.dtype)  # [count]
         return (r_hat.unsqueeze(-1) * u_hat).reshape(self.shape)
 
 
 def compress(
     keys: Tensor,
-    bits_dir: int = 4,
-    bits_radius: int = 6,
+    bits_dir: int = HCCConfig.bits_dir,
+    bits_radius: int = HCCConfig.bits_radius,
     *,
-    grid: str = "seed",
-    direction_range: float | None = None,
+    grid: str = HCCConfig.grid,
+    direction_range: float | None = HCCConfig.direction_range,
 ) -> CompressedKeys:
     """HCC codes of keys [..., n, d] in the open unit ball, bit-packed (module docstring);
     direction_range None = :func:`suggested_range` (see :class:`HCCConfig`).

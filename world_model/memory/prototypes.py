@@ -66,7 +66,6 @@ class PrototypePool(nn.Module):
     def __init__(self, dim: int, config: PrototypeConfig | None = None, max_norm: float = 0.999):
         super().__init__()
         cfg = config or PrototypeConfig()
-        self.config = cfg
         self.positions = ball_points_parameter(cfg.count, dim, cfg.init_scale, max_norm)  # [M, d]
         scale = cfg.feature_dim**-0.5
         self.force_keys = nn.Parameter(torch.randn(cfg.count, cfg.feature_dim))  # [M, F]

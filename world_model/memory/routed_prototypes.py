@@ -190,7 +190,7 @@ class RoutedPrototypePool(nn.Module):
         with torch.no_grad():
             index, weights = hard_routing(self.logits(z), self.config.k)  # [B, K] each
             if counts:  # a data-parallel update counts every rank's samples (sharding.py)
-                self.dmg.record_use(self.pool, sharding.gather(index), sharding.gather(weights))
+                self.dmg.record_use(self.pool, sharding.gather(index))
         return Selection(index.clamp_min(0), index >= 0, weights)
 
     @torch.no_grad()

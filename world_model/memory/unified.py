@@ -164,11 +164,11 @@ class UnifiedBlock(nn.Module):
         )  # main [..., H, Nq, dh], weights [..., H, Nq, Nk]
         memory = None
         if self.config.memory:
-            memory, idx, w = self.router(
+            memory, idx, _ = self.router(
                 self.sphere_map(self.memory_queries(queries)), self.pool, self.sphere_map
             )  # [..., Nq, H * dh]
             t = int(self.dmg.t) if self.dmg is not None else 0
-            self.pool.record_use(idx, t, w.detach())
+            self.pool.record_use(idx, t)
         h, _ = self.gate(main.transpose(-2, -3), q, memory)  # [..., Nq, H * dh]
         return self.o_proj(h), (None if weights is None else weights.mean(-3))
 

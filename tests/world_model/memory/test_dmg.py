@@ -19,8 +19,9 @@ from world_model.memory.routing import MemoryPool, PoolConfig
 
 
 def reference_rule(losses, cfg):
-    """The §9.1 rule written out step by step (statistics recomputed from the raw window)."""
-    s, last, surprise, spawn = 0, -(10**9), [], []
+    """The §9.1 rule written out step by step (statistics recomputed from the raw window): the
+    flags, and (mu_t, sigma_t, tau_t) per step."""
+    s, last, surprise, spawn, stats = 0, -(10**9), [], [], []
     for i in range(len(losses)):
         t = i + 1
         win = losses[max(0, t - cfg.window) : t]
@@ -34,7 +35,8 @@ def reference_rule(losses, cfg):
         last = t if fire else last
         surprise.append(hit)
         spawn.append(fire)
-    return surprise, spawn
+        stats.append((mu, sigma, tau))
+    return surprise, spawn, stats
 
 
 def test_window_statistics_match_brute_force():
@@ -64,8 +66,10 @@ def test_window_statistics_match_brute_force():
 def test_scan_is_the_rule_step_by_step(cfg):
     losses = torch.randn(400, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     res = surprise_scan(losses, cfg)
-    surprise, spawn = reference_rule(losses.tolist(), cfg)
+    surprise, spawn, stats = reference_rule(losses.tolist(), cfg)
     assert res.surprise.tolist() == surprise and res.spawn.tolist() == spawn
+    got = torch.stack([res.mean, res.std, res.threshold], dim=-1)  # what the scan reports
+    torch.testing.assert_close(got, torch.tensor(stats, dtype=torch.float64), rtol=1e-9, atol=1e-9)
     assert 0 < sum(spawn) <= sum(surprise) < 400
 
 
@@ -227,6 +231,19 @@ def test_window_statistics_with_history_against_brute_force_in_float64(window):
         assert mean[i].item() == pytest.approx(mu, rel=1e-12, abs=1e-12)
         sd = math.sqrt(sum((x - mu) ** 2 for x in win) / len(win))
         assert std[i].item() == pytest.approx(sd, rel=1e-9, abs=1e-7)  # sqrt of a rounded 0
+
+
+@pytest.mark.parametrize("window", [1, 4])
+def test_losses_older_than_the_window_do_not_enter_it_even_through_the_shift(window):
+    """A history whose oldest losses are ~1e12 and whose last W - 1 are 1, then losses of 1:
+    every window holds ones only, so the mean is 1 and the sd 0 exactly (had the prefix sums
+    been shifted by a mean that saw the 1e12s, neither would be, from their rounding)."""
+    big = 1e12 * (
+        1 + torch.rand(3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    )
+    history = torch.cat([big, torch.ones(window - 1, dtype=torch.float64)])
+    mean, std = window_statistics(history, torch.ones(5, dtype=torch.float64), window)
+    assert mean.tolist() == [1.0] * 5 and std.tolist() == [0.0] * 5
 
 
 def test_window_statistics_of_losses_far_from_zero_keep_their_spread():

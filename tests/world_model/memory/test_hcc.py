@@ -137,6 +137,7 @@ def test_retrieval_of_dense_hida_on_compressed_keys():
         (dict(grid="lattice"), "grid"),
         (dict(grid="zero", bits_dir=1), "zero"),
         (dict(direction_range=0.0), "direction_range"),
+        (dict(direction_range=1.01), "direction_range"),
     ],
 )
 def test_config_errors_are_one_line(kwargs, match):
@@ -200,3 +201,16 @@ def test_config_accepts_its_boundaries():
         HCCConfig(bits_dir=True)
     with pytest.raises(ValueError, match="^HCCConfig.grid 'zero' needs bits_dir >= 2 \\(one"):
         HCCConfig(grid="zero", bits_dir=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_keys_decode_in_their_dtype_to_their_radius_cells_midpoints(dtype):
+    """|k_hat| is the midpoint (floor(r 2^b_r) + 1/2) / 2^b_r of the key's radius cell, in the
+    keys' dtype (a float32 radius would promote float16 keys)."""
+    keys = torch.rand(40, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    keys = keys / keys.norm(dim=-1, keepdim=True) * torch.linspace(0.013, 0.987, 40).unsqueeze(-1)
+    decoded = compress(keys.to(dtype), 4, 11).decompress()
+    assert decoded.dtype == dtype
+    midpoint = (torch.floor(keys.to(dtype).double().norm(dim=-1) * 2**11) + 0.5) / 2**11
+    tol = 1e-14 if dtype == torch.float64 else 2e-3  # float16 rounds u_hat's coordinates
+    torch.testing.assert_close(decoded.double().norm(dim=-1), midpoint, rtol=0, atol=tol)

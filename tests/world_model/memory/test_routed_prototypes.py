@@ -246,6 +246,7 @@ def test_config_boundaries_refusals_and_the_dmg_rule_per_update():
         (dict(initial=0), "^RoutedPoolConfig.initial must be an integer >= 1, got 0$"),
         (dict(k=True), "^RoutedPoolConfig.k must be an integer >= 1, got True$"),
         (dict(capacity=8, initial=9, k=2), r"^RoutedPoolConfig.initial \(9\) must be <= capacity"),
+        (dict(capacity=4, initial=2, k=5), r"^RoutedPoolConfig.k \(5\) must be <= capacity \(4\)$"),
         (dict(eps=0.0), "^RoutedPoolConfig.eps must be a finite number > 0, got 0.0$"),
         (dict(spawn_sigmas=float("inf")), "^RoutedPoolConfig.spawn_sigmas must be a finite"),
     ):

@@ -9,6 +9,7 @@ import geoopt
 import pytest
 import torch
 
+from geometry import poincare
 from world_model.memory.routing import (
     CrossGeometricMap,
     CrossGeometricMapConfig,
@@ -43,7 +44,9 @@ def test_the_three_maps_land_on_their_spheres():
         assert out.shape == (50, 5) and phi.sphere_dim == 5
         torch.testing.assert_close(out.norm(dim=-1), torch.ones(50, dtype=torch.float64))
         x = geoopt.PoincareBall().logmap0(c) if tangent else c
-        torch.testing.assert_close(out, torch.nn.functional.normalize(phi.mlp(x), dim=-1))
+        first, last = phi.mlp[0], phi.mlp[-1]  # phi_C = MLP / |MLP|, one GELU hidden layer
+        mlp = last(torch.nn.functional.gelu(first(x)))
+        torch.testing.assert_close(out, torch.nn.functional.normalize(mlp, dim=-1))
         out[:, 0].sum().backward()
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in phi.parameters())
 
@@ -77,6 +80,16 @@ def test_hard_routing_with_fewer_active_than_k_and_with_none():
     assert set(idx[idx >= 0].tolist()) <= {1, 4}
     idx, w = hard_routing(sida_logits(q, c, 1e-3, torch.zeros(6, dtype=torch.bool)), 2)
     assert (idx == -1).all() and (w == 0).all() and torch.isfinite(w).all()
+
+
+def test_the_centroids_manifold_is_the_models_unit_ball():
+    """geoopt's Riemannian optimisers step the centroids on their parameter's manifold: it is
+    the curvature -1 ball of geometry/poincare.py (the distances agree)."""
+    pool = MemoryPool(PoolConfig(capacity=6, dim=3, value_dim=2, initial_active=6))
+    c = pool.centroids.detach().double()
+    assert c.norm(dim=-1).min() > 0.05  # far enough from the origin for curvature to show
+    got = pool.centroids.manifold.dist(c[:3], c[3:])
+    torch.testing.assert_close(got, poincare.dist(c[:3], c[3:]), rtol=1e-6, atol=1e-9)
 
 
 def test_pool_keeps_its_shapes_and_inactive_rows_get_no_gradient():
