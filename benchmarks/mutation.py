@@ -7,9 +7,10 @@
 For each package this copies the tracked tree into `runs/mutation/<package>/` (ignored by git),
 writes a `[tool.mutmut]` section there that mutates the package alone and selects the package's
 own unit tests without the slow ones (no training), and runs `mutmut run` in it. mutmut keeps
-every verdict under `mutants/`: running again resumes and re-tests only what changed. Functions
-that run only in ranks a test spawns (SPAWNED) get those tests by hand in a second pass, since
-mutmut sees calls in the pytest process alone. Not part of CI (an hour or more on two cores).
+every verdict under `mutants/`: running again resumes, re-tests what changed and the last run's
+survivors (which new tests may kill). Functions that run only in ranks a test spawns (SPAWNED)
+get those tests by hand in a second pass, since mutmut sees calls in the pytest process alone.
+Not part of CI (20-60 minutes per package on two cores).
 
 The table counts killed, survived, timeout and others per package, and the score
 killed / (all - equivalent), where a surviving mutant is equivalent when it cannot change
@@ -186,10 +187,15 @@ def main() -> int:
     for name in args.packages:
         work = WORK / name
         if not args.report_only:
+            resumed = (work / "mutants").is_dir()
             work = prepare(name, PACKAGES[name])
             print(f"{name}: mutmut run in {work}", flush=True)
             children = ("--max-children", str(args.max_children))
             mutmut(work, "run", *children, check=False)
+            survivors = [m for m, v in verdicts(work).items() if v == "survived"]
+            if resumed and survivors:  # a verdict stands while its function is unchanged
+                print(f"{name}: {len(survivors)} survivors of the last run tested again")
+                mutmut(work, "run", *children, *survivors, check=False)
             if spawned := map_spawned(work, SPAWNED.get(name, {})):
                 print(f"{name}: {len(spawned)} mutants of functions run in spawned ranks")
                 mutmut(work, "run", *children, *spawned, check=False)

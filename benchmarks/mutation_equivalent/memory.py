@@ -125,3 +125,13 @@ _add(_M + "dmg", "surprise_scan", [
     ("hist = losses.new_zeros(0) if history is None else history.detach().to(torch.float64)", "hist = losses.new_zeros(0) if history is None else history.detach().to(None)"),
 ], "floating losses convert to float64 exactly, window_statistics computes in float64, and "
    "tolist() gives the same Python floats from either dtype")  # fmt: skip
+_add(_M + "gsr_distributed", "gather_queries", [
+    ("return torch.cat(_all_gather(queries, log, group), dim=0)", "return torch.cat(_all_gather(queries, log, group), )"),
+], "dim 0 is cat's default")  # fmt: skip
+_add(_M + "gsr_distributed", "_padded", [
+    ('pad = part.scores.new_full((*part.scores.shape[:-1], short), float("-inf"))', 'pad = part.scores.new_full((*part.scores.shape[:-1], short), float("-INF"))'),
+], 'float() reads "-INF" as it reads "-inf"')  # fmt: skip
+_add(_M + "gsr_distributed", "sharded_gsr_route", [
+    ("[LocalTopK(*parts) for parts in zip(scores, indices, log_z, strict=True)], k", f"[LocalTopK(*parts) for parts in zip(scores, indices, log_z, {after})], k")
+    for after in ("strict=None", "", "strict=False")
+], "the three lists are all-gathers over one group: one tensor per rank each")  # fmt: skip

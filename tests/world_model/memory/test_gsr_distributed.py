@@ -48,6 +48,17 @@ def _case(pool: int, k: int) -> dict[str, torch.Tensor | GSRConfig]:
     }
 
 
+def _unsharded(case: dict, queries: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """gsr_route on the whole pool, its K' = min(K, P) selections padded to K as the sharded
+    route pads them (row -1, weight 0)."""
+    out, idx, w = gsr_route(
+        queries, case["prototypes"], case["values"], case["active"], case["config"]
+    )
+    short = case["config"].k - idx.shape[-1]
+    pad = torch.nn.functional.pad
+    return out, pad(idx, (0, short), value=-1), pad(w, (0, short), value=0.0)
+
+
 def _worker(rank: int, cases: list[dict]) -> list[dict]:
     results = []
     for case in cases:
@@ -67,10 +78,11 @@ def _worker(rank: int, cases: list[dict]) -> list[dict]:
             case["queries"][mine], idx[mine], w[mine], case["values"][lo:hi], bounds,
             log=moe_log,
         )  # fmt: skip
-        gathered = gather_queries(case["queries"][mine])
+        gather_log = CommLog()
+        gathered = gather_queries(case["queries"][mine], gather_log)
         results.append(
             {"out": out, "idx": idx, "w": w, "moe": moe, "gathered": gathered,
-             "log": log.calls, "moe_log": moe_log.calls}
+             "log": log.calls, "moe_log": moe_log.calls, "gather_log": gather_log.calls}
         )  # fmt: skip
     # each rank alone in a group of its own: the collectives stay within the group
     groups = [dist.new_group([r]) for r in range(WORLD)]
@@ -85,14 +97,21 @@ def _worker(rank: int, cases: list[dict]) -> list[dict]:
         case["queries"], alone[1] - lo, alone[2], case["values"][lo:hi], [0, hi - lo],
         group=groups[rank],
     )  # fmt: skip
-    return results, {"alone": alone, "own": own, "moe_alone": moe_alone}
+    small = cases[-1]  # queries [2, 4, m]: batched, over shards padded to K
+    lo, hi = shard_bounds(small["prototypes"].shape[0], WORLD)[rank : rank + 2]
+    batched = sharded_gsr_route(
+        small["queries"].unflatten(0, (2, 4)), small["prototypes"][lo:hi],
+        small["values"][lo:hi], small["active"][lo:hi], lo, small["config"],
+    )  # fmt: skip
+    return results, {"alone": alone, "own": own, "moe_alone": moe_alone, "batched": batched}
 
 
 @pytest.fixture(scope="module")
 def two_ranks():
     """Both ranks' results for each case (pool 37 k 5; pool 7 k 5: a shard smaller than K;
-    pool 7 k 6: besides, fewer active prototypes than K), and each rank's run alone."""
-    cases = [_case(37, 5), _case(7, 5), _case(7, 6)]
+    pool 7 k 6: besides, fewer active prototypes than K; pool 3 k 5: fewer prototypes than K,
+    so the merge selects padding), and each rank's run alone."""
+    cases = [_case(37, 5), _case(7, 5), _case(7, 6), _case(3, 5)]
     both = run_local_ranks(_worker, WORLD, (cases,))
     return cases, [results for results, _ in both], [alone for _, alone in both]
 
@@ -100,13 +119,11 @@ def two_ranks():
 def test_every_rank_gets_the_unsharded_routing(two_ranks):
     cases, ranks, _ = two_ranks
     for c, case in enumerate(cases):
-        out, idx, w = gsr_route(
-            case["queries"], case["prototypes"], case["values"], case["active"], case["config"]
-        )
+        out, idx, w = _unsharded(case, case["queries"])
         for rank in ranks:
             got = rank[c]
             assert torch.equal(got["idx"], idx)  # the same prototypes, in the same order
-            torch.testing.assert_close(got["w"], w, rtol=0, atol=1e-15)
+            torch.testing.assert_close(got["w"], w, rtol=1e-14, atol=1e-15)
             torch.testing.assert_close(got["out"], out, rtol=1e-13, atol=1e-13)
         # the query on a prototype duplicated across shards picks the lower row first
         half = shard_bounds(case["prototypes"].shape[0], WORLD)[1]
@@ -149,6 +166,7 @@ def test_logged_bytes_are_the_protocols_tensors(two_ranks):
             other = ranks[1 - r][c]["idx"][(1 - r) * n : (2 - r) * n]
             incoming = int(((other >= lo) & (other < hi)).sum())
             assert rank[c]["moe_log"][2:] == [("all_to_all", incoming * dv * 8)]
+            assert rank[c]["gather_log"] == [("all_gather", n * m * 8)]  # my queries, float64
 
 
 def test_shard_bounds_in_numbers():
@@ -176,3 +194,17 @@ def test_a_rank_in_a_group_of_its_own_routes_over_its_shard_alone(two_ranks):
         torch.testing.assert_close(result["alone"][0], out, rtol=1e-13, atol=1e-13)
         assert torch.equal(result["own"], case["queries"][:3])
         torch.testing.assert_close(result["moe_alone"], out, rtol=1e-13, atol=1e-13)
+
+
+def test_batched_queries_route_as_unsharded_gsr(two_ranks):
+    """Queries [2, 4, m] over the pool of 3 in 2 shards (both padded to K = 5): every rank ends
+    with gsr_route's output, rows (-1 where the pool runs out) and weights."""
+    cases, _, alone = two_ranks
+    case = cases[-1]
+    out, idx, w = _unsharded(case, case["queries"].unflatten(0, (2, 4)))
+    assert (idx == -1).any()  # the padding the merge selected reads as "none"
+    for result in alone:
+        got_out, got_idx, got_w = result["batched"]
+        assert torch.equal(got_idx, idx)
+        torch.testing.assert_close(got_w, w, rtol=1e-14, atol=1e-15)
+        torch.testing.assert_close(got_out, out, rtol=1e-13, atol=1e-13)
