@@ -135,3 +135,20 @@ _add(_M + "gsr_distributed", "sharded_gsr_route", [
     ("[LocalTopK(*parts) for parts in zip(scores, indices, log_z, strict=True)], k", f"[LocalTopK(*parts) for parts in zip(scores, indices, log_z, {after})], k")
     for after in ("strict=None", "", "strict=False")
 ], "the three lists are all-gathers over one group: one tensor per rank each")  # fmt: skip
+_add(_M + "gsr_distributed", "moe_dispatch", [
+    ("pairs = torch.nonzero(flat >= 0).squeeze(-1)", "pairs = torch.nonzero(flat >= 0).squeeze(+1)"),
+    ("recv = told.view(world, hi - lo).sum(-1).tolist()", "recv = told.view(world, hi - lo).sum(+1).tolist()"),
+    ("received = tokens.new_empty(sum(recv), tokens.shape[-1])", "received = tokens.new_empty(sum(recv), tokens.shape[+1])"),
+    ("returned = answers.new_empty(order.numel(), values.shape[-1])", "returned = answers.new_empty(order.numel(), values.shape[+1])"),
+    ('log.add("all_to_all", (sum(send) - send[rank]) * tokens.shape[-1] * tokens.element_size())', 'log.add("all_to_all", (sum(send) - send[rank]) * tokens.shape[+1] * tokens.element_size())'),
+    ('log.add("all_to_all", (sum(recv) - recv[rank]) * values.shape[-1] * values.element_size())', 'log.add("all_to_all", (sum(recv) - recv[rank]) * values.shape[+1] * values.element_size())'),
+    ("rows = values.new_zeros(nq * k, values.shape[-1])", "rows = values.new_zeros(nq * k, values.shape[+1])"),
+], "nonzero's output, the counts' view, the tokens [Nq K, m] and the values [P_r, dv] are 2-D: "
+   + _LAST_OF_TWO)  # fmt: skip
+_add(_M + "gsr_distributed", "moe_dispatch", [
+    ("order = pairs[torch.sort(flat[pairs], stable=True).indices]  # grouped by owner, then row", f"order = pairs[torch.sort(flat[pairs], {after}).indices]  # grouped by owner, then row")
+    for after in ("stable=None", "", "stable=False")
+], _SORT_CPU)  # fmt: skip
+_add(_M + "gsr_distributed", "moe_dispatch", [
+    ("dist.all_to_all_single(told, per_row, [hi - lo] * world, shard, group=group)", "dist.all_to_all_single(told, per_row, None, shard, group=group)"),
+], "no output split sizes means equal parts of `told`, world parts of hi - lo: the sizes given")  # fmt: skip
