@@ -47,6 +47,9 @@ _add(_M + "hcc", "compress", [
     ("widths = torch.tensor([bits_dir] * d + [bits_radius], dtype=torch.int64)", "widths = torch.tensor([bits_dir] * d + [bits_radius], dtype=None)"),
     ("widths = torch.tensor([bits_dir] * d + [bits_radius], dtype=torch.int64)", "widths = torch.tensor([bits_dir] * d + [bits_radius], )"),
 ], CPU_DEFAULT_DTYPE)  # fmt: skip
+_add(_M + "hcc", "CompressedKeysǁdecompress", [
+    ("return (r_hat.unsqueeze(-1) * u_hat).reshape(self.shape)", "return (r_hat.unsqueeze(+1) * u_hat).reshape(self.shape)"),
+], "r_hat is [count]: a new last axis of a 1-D tensor is axis 1")  # fmt: skip
 _add(_M + "hcc", "compress", [
     ("quantize.quantize_radius(flat_r, bits_radius).unsqueeze(-1),  # [count, 1]", "quantize.quantize_radius(flat_r, bits_radius).unsqueeze(+1),  # [count, 1]"),
     ("dim=-1,", "dim=+1,"),
