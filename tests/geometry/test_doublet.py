@@ -86,6 +86,10 @@ def test_chiral_gate_identity_idempotence_degeneracy_and_su2_covariance():
     assert (
         psi1.abs().square().sum(-2) <= realified_to_doublet(x, n_c).abs().square().sum(-2) + 1e-12
     ).all()
+    # doublets with |Psi|^2 around float64's eps (which regularises c^'s quotient): no longer
+    tiny = x * (0.5 * torch.finfo(F64).eps) ** 0.5
+    kept = realified_to_doublet(chiral_gate(tiny, proj, n_c, 1.0), n_c).abs().square().sum(-2)
+    assert (kept <= realified_to_doublet(tiny, n_c).abs().square().sum(-2) * (1 + 1e-9)).all()
     # degenerate direction: Pi = 0, no commitment, (1 - kappa) Psi
     proj0, degenerate = su2.chiral_projector(torch.zeros(6, 3, dtype=F64))
     assert degenerate.all()

@@ -501,7 +501,8 @@ def test_logmap0_jacobian_scalars_against_mpmath_on_both_sides_of_the_series_swi
     """f = artanh(r) / r and g = (1 / (1 - r^2) - f) / r^2 (limits 1 and 2/3 at 0) in float64:
     below r = 0.05 f's series to 4e-16 (every coefficient counts there) and g's to the 1e-10
     its truncation after r^6 leaves (5.2e-11 at the switch); above it the exact forms to the
-    1e-13 g's difference allows."""
+    1e-13 g's difference allows. Below the switch float32's g is the series' to 1e-6 (the
+    quotient's difference would cancel to ~1e-4 at r = 0.02)."""
     with mpmath.workdps(50):
         r = mpmath.mpf(radius)
         f = mpmath.mpf(1) if radius == 0 else mpmath.atanh(r) / r
@@ -512,6 +513,9 @@ def test_logmap0_jacobian_scalars_against_mpmath_on_both_sides_of_the_series_swi
     rtol_f, rtol_g = (4e-16, 1e-10) if radius < 0.05 else (1e-13, 1e-13)
     assert abs(float(got_f) - float(f)) <= rtol_f * float(f)
     assert abs(float(got_g) - float(g)) <= rtol_g * float(g)
+    if 0 < radius < 0.05:
+        _, g32 = P.logmap0_jacobian(y.float())
+        assert abs(float(g32) - float(g)) <= 1e-6 * float(g)
 
 
 def test_logmap0_on_the_boundary_and_with_a_given_jacobian():

@@ -54,6 +54,25 @@ def test_value_and_force_are_the_definition_and_its_gradient(shared, tension):
     assert force.abs().max() > 0.1  # not vacuous
 
 
+@pytest.mark.parametrize("entries", [1, 3])
+def test_per_query_banks_of_two_queries_are_each_querys_own(entries):
+    """Two queries with a bank each (one entry, or three): the same as each query alone with its
+    bank, so neither reads the other's."""
+    g = torch.Generator().manual_seed(7)
+    z = ball_points(2, 3, 0.8, seed=3)
+    keys = ball_points(2 * entries, 3, 0.9, seed=4).reshape(2, entries, 3)
+    slopes = torch.randn(2, entries, 3, generator=g, dtype=F64)
+    mask = torch.ones(2, entries, dtype=torch.bool)
+    both = inverse_distance_patches(z, keys, slopes, mask, 1e-2, 0.3)
+    for row in range(2):
+        alone = inverse_distance_patches(
+            z[row : row + 1], keys[row : row + 1], slopes[row : row + 1], mask[row : row + 1],
+            1e-2, 0.3,
+        )  # fmt: skip
+        for got, want in zip(both, alone, strict=True):
+            torch.testing.assert_close(got[row : row + 1], want, rtol=1e-12, atol=1e-14)
+
+
 def test_a_shared_bank_reads_as_the_same_bank_given_to_every_query():
     """The matrix-product path (one bank) and the explicit path (the bank tiled per query) agree,
     in float32 too, also at a query on an entry (d -> 0)."""

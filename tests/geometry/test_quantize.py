@@ -77,10 +77,12 @@ def test_reconstruction_bound_in_numbers():
     radius): seed grid, a = 1 (Delta = 2/15: 0.5 * 4/15 + 2^-7); zero grid, a = 1
     (Delta = 1/7: 0.5 * 2/7 + 2^-7); seed grid, a = 0.5 (Delta = 1/15, clipping 0.5 on e1 and
     sqrt 2 (1/sqrt 2 - 1/2) on the diagonal); one direction bit (Delta = 2: the min's 2 binds,
-    0.5 * 2 + 2^-7); a batch [2, 1, d] keeps its shape."""
-    keys = torch.zeros(2, 4, dtype=torch.float64)
+    0.5 * 2 + 2^-7); -0.5 e1 is bounded as 0.5 e1 (clipping is symmetric); a batch [2, 1, d]
+    keeps its shape."""
+    keys = torch.zeros(3, 4, dtype=torch.float64)
     keys[0, 0] = 0.5
     keys[1, :2] = 0.5 / math.sqrt(2)
+    keys[2, 0] = -0.5
     radius = 2.0**-7
     diag_clip = math.sqrt(2) * (1 / math.sqrt(2) - 0.5)
     cases = [
@@ -90,10 +92,10 @@ def test_reconstruction_bound_in_numbers():
         ("seed", 1, 1.0, [1.0, 1.0]),
     ]
     for grid, bits, a, direction in cases:
-        want = torch.tensor(direction, dtype=torch.float64) + radius
+        want = torch.tensor([*direction, direction[0]], dtype=torch.float64) + radius
         got = quantize.reconstruction_bound(keys, bits, 6, grid, a)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
-    default = quantize.reconstruction_bound(keys.view(2, 1, 4), 4, 6, "seed")
+    default = quantize.reconstruction_bound(keys[:2].view(2, 1, 4), 4, 6, "seed")
     assert default.shape == (2, 1)
     torch.testing.assert_close(default.flatten(), torch.full((2,), 0.5 * 4 / 15 + radius).double())
 

@@ -211,9 +211,9 @@ def test_segmented_line_and_its_gradient_in_the_pieces(n_colors):
     group = GaugeGroup(n_colors, g_s=1.1, g_2=0.7, g_1=0.4, hypercharge=1.3)
     gens = group.generators()
     g = torch.Generator().manual_seed(40)
-    pieces = 0.8 * torch.randn(5, 4, group.n_generators, generator=g, dtype=F64)
-    kappa = torch.randn(4, group.dim, generator=g, dtype=F64)
-    psi = torch.randn(4, group.dim, generator=g, dtype=F64)
+    pieces = 0.8 * torch.randn(5, 2, 3, group.n_generators, generator=g, dtype=F64)
+    kappa = torch.randn(2, 3, group.dim, generator=g, dtype=F64)  # two batch axes
+    psi = torch.randn(2, 3, group.dim, generator=g, dtype=F64)
     line, prefixes = segmented_group_line(group, pieces)
     want = group_exp(group, pieces[0])
     for s in range(1, pieces.shape[0]):
@@ -223,7 +223,7 @@ def test_segmented_line_and_its_gradient_in_the_pieces(n_colors):
     u, _ = segmented_group_line(group, leaf)
     (ref,) = torch.autograd.grad((kappa * (u @ psi.unsqueeze(-1)).squeeze(-1)).sum(), leaf)
     y = (line.transpose(-1, -2) @ kappa.unsqueeze(-1)).squeeze(-1)
-    e0 = torch.einsum("bi,gij,bj->bg", y, gens, psi)
+    e0 = torch.einsum("...i,gij,...j->...g", y, gens, psi)
     got = segmented_group_line_vjp(group, pieces, prefixes, e0)
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
 
