@@ -67,10 +67,10 @@ def dequantize_radius(codes: Tensor, bits: int, dtype: torch.dtype) -> Tensor:
     return (codes.to(dtype) + 0.5) / 2**bits
 
 
-def quantize_direction(u: Tensor, bits: int, grid: str, coord_range: float = 1.0) -> Tensor:
-    """Codes of each coordinate of u [..., d] (clipped to [-a, a]) on the grid: int64 [..., d]
-    in [0, 2^b - 1] ("seed") or [0, 2^b - 2] ("zero")."""
-    u = u.clamp(-coord_range, coord_range)
+def quantize_direction(u: Tensor, bits: int, grid: str, coord_range: float) -> Tensor:
+    """Codes of each coordinate of u [..., d] on the grid of [-a, a]: int64 [..., d] in
+    [0, 2^b - 1] ("seed") or [0, 2^b - 2] ("zero"); a coordinate outside [-a, a] takes the code
+    of the nearer end (clipping it first gives the same code)."""
     step = direction_step(bits, grid, coord_range)
     if grid == "seed":  # levels -a + k Delta, k = 0 .. 2^b - 1
         return torch.round((u + coord_range) / step).clamp(0, 2**bits - 1).to(torch.int64)
@@ -80,13 +80,12 @@ def quantize_direction(u: Tensor, bits: int, grid: str, coord_range: float = 1.0
 
 def dequantize_direction(codes: Tensor, bits: int, grid: str, dtype: torch.dtype) -> Tensor:
     """Grid values of the codes, renormalised to a unit vector: int [..., d] -> [..., d]
-    (a zero vector, possible on the "zero" grid, stays zero). Every level is a multiple of the
-    range a, which the renormalisation cancels: the levels are read on a = 1."""
-    step = direction_step(bits, grid)
-    if grid == "seed":
-        q = codes.to(dtype) * step - 1.0
-    else:
-        q = (codes.to(dtype) - (2 ** (bits - 1) - 1)) * step
+    (a zero vector, possible on the "zero" grid, stays zero). The renormalisation cancels any
+    common factor of the levels: the range a, and on the "zero" grid the spacing too."""
+    if grid == "seed":  # levels -1 + k Delta on a = 1
+        q = codes.to(dtype) * direction_step(bits, grid) - 1.0
+    else:  # levels (k - half) Delta: proportional to k - half
+        q = codes.to(dtype) - (2 ** (bits - 1) - 1)
     return sphere.normalize(q)
 
 

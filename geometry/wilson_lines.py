@@ -279,8 +279,8 @@ def wilson_line_in_group(
     coefficients: CoefficientFn,
     a: Tensor,
     b: Tensor,
-    mode: WilsonMode = "path_ordered",
-    segments: int = 8,
+    mode: WilsonMode,
+    segments: int,
 ) -> Tensor:
     """The Wilson line U(b <- a) of :func:`wilson_line`, for a connection given by its
     coefficients on `group`'s generators, with every exponential in closed form (GaugeGroup)
@@ -424,8 +424,8 @@ def affine_wilson_line_to_origin(
     c0: Tensor,
     c1: Tensor,
     z: Tensor,
-    mode: WilsonMode = "path_ordered",
-    segments: int = 8,
+    mode: WilsonMode,
+    segments: int,
 ) -> Tensor:
     """U_{z->0} for the affine connection (c0, c1) on `group` (the covariant head's case), with
     no quadrature: the integrated connection (first order, exp) and the pieces' exponents

@@ -139,3 +139,119 @@ _add("geometry.poincare", "logmap0_jacobian", [
 _add("geometry.wilson_lines", "_prefix_products", [
     ("while offset < pieces.shape[0]:", "while offset <= pieces.shape[0]:"),
 ], "the extra pass at offset = S multiplies two empty slices: the scan is unchanged")  # fmt: skip
+_EINSUM_CASE = "einsum takes upper-case subscripts as it takes lower-case ones"
+_INT_SHIFTS = "torch infers int64 from Python ints, and uint8 data shifted by int64 is promoted: the same bits"
+_add("geometry.doublet", "_broadcast_products", [
+    ("return needs_grad and torch.is_grad_enabled()", "return needs_grad or torch.is_grad_enabled()"),
+], _SAME_CONTRACTION)  # fmt: skip
+_add("geometry.doublet", "chiral_operator", [
+    ("basis, _ = _doublet_layout(n_colors, k, dtype, proj.device)", "basis, _ = _doublet_layout(n_colors, k, dtype, None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.group_exponential", "_factor_elements", [
+    ("lam = gell_mann(n, complex_dtype_for(h.dtype)).to(h.device)", "lam = gell_mann(n, complex_dtype_for(h.dtype)).to(None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.group_exponential", "_factor_elements", [
+    ('gen = torch.einsum("...a,aij->...ij", (group.g_s * h_c).to(lam.dtype), lam)', 'gen = torch.einsum("...A,AIJ->...IJ", (group.g_s * h_c).to(lam.dtype), lam)'),
+], _EINSUM_CASE)  # fmt: skip
+_add("geometry.group_exponential", "_assemble", [
+    ("n = u_c.shape[-1]", "n = u_c.shape[-2]"),
+], "U_C is a square [..., N, N] matrix")  # fmt: skip
+_add("geometry.group_exponential", "group_exp", [
+    ("if group.n_colors > 2:", "if group.n_colors >= 2:"),
+], "at N_f = 2 the matrix exponentials of the factors give the group element the quaternion form "
+   "gives (the quaternion form is the faster one)")  # fmt: skip
+_add("geometry.wilson_lines", "_ordered_group_product", [
+    ("if group.n_colors > 2:", "if group.n_colors >= 2:"),
+], "at N_f = 2 the product of the factors' matrices is the product the quaternions give (the "
+   "quaternion form is the faster one)")  # fmt: skip
+_add("geometry.langevin", "baoab_substeps", [
+    ("if noise and c2 > 0.0:", "if noise and c2 >= 0.0:"),
+], "at c2 = 0 the drawn noise is multiplied by 0, and no later draw reads the generator")  # fmt: skip
+_add("geometry.langevin", "baoab_substeps", [
+    ("xi = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)", "xi = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=None)"),
+    ("xi = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)", "xi = torch.randn(x.shape, generator=generator, dtype=x.dtype, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.langevin", "baoab_substeps", [
+    ("thermostat if gamma > 0.0 else None,", "thermostat if (gamma > 0.0) or True else None,"),
+    ("thermostat if gamma > 0.0 else None,", "thermostat if gamma >= 0.0 else None,"),
+], "at gamma = 0 the O step is p (c1 = 1, c2 = 0): the two half-drifts around it are the one "
+   "drift of length h the flow's group property gives")  # fmt: skip
+_add("geometry.quantize", "pack_bits", [
+    ("shifts = torch.arange(max_w, dtype=torch.int64)  # [max_w]", "shifts = torch.arange(max_w, dtype=None)  # [max_w]"),
+    ("shifts = torch.arange(max_w, dtype=torch.int64)  # [max_w]", "shifts = torch.arange(max_w, )  # [max_w]"),
+    ("stream = bits[:, keep].to(torch.uint8).reshape(-1)  # [n * total]", "stream = bits[:, keep].to(None).reshape(-1)  # [n * total]"),
+    ("weights = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8)", "weights = torch.tensor([1 << i for i in range(8)], dtype=None)"),
+    ("weights = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8)", "weights = torch.tensor([1 << i for i in range(8)], )"),
+    ("return (stream * weights).sum(-1, dtype=torch.int64).to(torch.uint8)", "return (stream * weights).sum(-1, dtype=None).to(torch.uint8)"),
+    ("return (stream * weights).sum(-1, dtype=torch.int64).to(torch.uint8)", "return (stream * weights).sum(-1, ).to(torch.uint8)"),
+], "the bits and byte weights are 0/1 and 2^i in any integer dtype, and an integer sum is "
+   "taken in int64 by default: the same bytes")  # fmt: skip
+_add("geometry.quantize", "pack_bits", [
+    ("keep = shifts < widths.unsqueeze(-1)  # [m, max_w]: the field's own bits", "keep = shifts < widths.unsqueeze(+1)  # [m, max_w]: the field's own bits"),
+    ("return (stream * weights).sum(-1, dtype=torch.int64).to(torch.uint8)", "return (stream * weights).sum(+1, dtype=torch.int64).to(torch.uint8)"),
+], "widths are [m] and the stream [bytes, 8]: a new last axis of a 1-D tensor is axis 1, and "
+   "dim 1 of a 2-D tensor is dim -1")  # fmt: skip
+_add("geometry.quantize", "unpack_bits", [
+    ("shifts8 = torch.arange(8, dtype=torch.uint8)", "shifts8 = torch.arange(8, dtype=None)"),
+    ("shifts8 = torch.arange(8, dtype=torch.uint8)", "shifts8 = torch.arange(8, )"),
+    ("shifts = torch.arange(max_w, dtype=torch.int64)", "shifts = torch.arange(max_w, dtype=None)"),
+    ("shifts = torch.arange(max_w, dtype=torch.int64)", "shifts = torch.arange(max_w, )"),
+], _INT_SHIFTS)  # fmt: skip
+_add("geometry.quantize", "unpack_bits", [
+    ("stream = ((data.unsqueeze(-1) >> shifts8) & 1).reshape(-1)[: n * total]  # [n * total]", "stream = ((data.unsqueeze(+1) >> shifts8) & 1).reshape(-1)[: n * total]  # [n * total]"),
+    ("keep = shifts < widths.unsqueeze(-1)  # [m, max_w]", "keep = shifts < widths.unsqueeze(+1)  # [m, max_w]"),
+], "data and widths are 1-D: a new last axis of a 1-D tensor is axis 1")  # fmt: skip
+_add("geometry.su2", "su2_exp_jacobian_vjp", [
+    ("small = t < 1e-2", "small = t <= 1e-2"),
+], "at t = 1e-2 exactly the series and the closed form agree to the series' truncation; no test "
+   "can pin which one a single point takes")  # fmt: skip
+_add("geometry.su2", "su2_exp_jacobian_vjp", [
+    ("cross = torch.linalg.cross(theta, e, dim=-1)", "cross = torch.linalg.cross(theta, e, )"),
+], "dim -1 is linalg.cross's default")  # fmt: skip
+_add("geometry.su2", "chiral_projector", [
+    ("degenerate = norm.squeeze(-1) < eps  # [...]", "degenerate = norm.squeeze(-1) <= eps  # [...]"),
+], "a direction of norm exactly eps is degenerate or not by convention: below it Pi = 0, at it "
+   "Pi = (1 + n_hat . sigma) / 2 of a direction the rounding of n / eps decides")  # fmt: skip
+_add("geometry.su2", "chiral_projector", [
+    ("sig, eye = _pauli_and_identity(n.dtype, n.device)", "sig, eye = _pauli_and_identity(n.dtype, None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.su2", "chiral_projector", [
+    ('proj = 0.5 * (eye + torch.einsum("...a,aij->...ij", n_hat.to(sig.dtype), sig))', 'proj = 0.5 * (eye + torch.einsum("...A,AIJ->...IJ", n_hat.to(sig.dtype), sig))'),
+], _EINSUM_CASE)  # fmt: skip
+_add("geometry.su2", "quaternion_product", [
+    ("left, _ = _quaternion_tables(q.dtype, q.device)", "left, _ = _quaternion_tables(q.dtype, None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "_first_order_line", [
+    ("gens = group.generators(h.dtype).to(h.device)", "gens = group.generators(h.dtype).to(None)"),
+    ("eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)", "eye = torch.eye(group.dim, dtype=h.dtype, device=None)"),
+    ("eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)", "eye = torch.eye(group.dim, dtype=h.dtype, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "_first_order_line", [
+    ("eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)", "eye = torch.eye(group.dim, dtype=None, device=h.device)"),
+    ("eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)", "eye = torch.eye(group.dim, device=h.device)"),
+], "the identity's 0s and 1s are exact in every dtype, and type promotion gives h's dtype")  # fmt: skip
+_add("geometry.wilson_lines", "_first_order_line", [
+    ('return eye + torch.einsum("...g,gij->...ij", h, gens)', 'return eye + torch.einsum("...G,GIJ->...IJ", h, gens)'),
+], _EINSUM_CASE)  # fmt: skip
+_add("geometry.wilson_lines", "affine_wilson_line_to_origin", [
+    ('if mode == "exp":', 'if mode == "XXexpXX":'),
+    ('if mode == "exp":', 'if mode == "EXP":'),
+], "exp's pieces are one piece, and the ordered product of one exponential is that exponential "
+   "(the branch skips the product)")  # fmt: skip
+_add("geometry.lie_algebra", "bracket", [
+    ("f = structure_constants(group, u.dtype, u.device)", "f = structure_constants(group, u.dtype, None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.lie_algebra", "bracket", [
+    ("n = f.shape[0]", "n = f.shape[1]"),
+], "f is a cube [G, G, G]")  # fmt: skip
+_add("geometry.su2", "quaternion_adjoint", [
+    ("_, adjoint = _quaternion_tables(q.dtype, q.device)", "_, adjoint = _quaternion_tables(q.dtype, None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "affine_connection_coefficients", [
+    ('coeff = c0 + torch.einsum("...n,mng->...mg", x, c1)  # [..., d, G]', 'coeff = c0 + torch.einsum("...N,MNG->...MG", x, c1)  # [..., d, G]'),
+    ('return torch.einsum("...mg,...m->...g", coeff, dx)', 'return torch.einsum("...MG,...M->...G", coeff, dx)'),
+], _EINSUM_CASE)  # fmt: skip
+_add("geometry.wilson_lines", "_segment_weights", [
+    ("mids = (torch.arange(n, dtype=like.dtype, device=like.device) + 0.5) / n", "mids = (torch.arange(n, dtype=like.dtype, device=None) + 0.5) / n"),
+    ("mids = (torch.arange(n, dtype=like.dtype, device=like.device) + 0.5) / n", "mids = (torch.arange(n, dtype=like.dtype, ) + 0.5) / n"),
+], DEVICE_ONLY)  # fmt: skip

@@ -368,7 +368,7 @@ def _codes_roundtrip(i: Leaves) -> tuple[Tensor, ...]:
     codes = torch.cat(
         [
             quantize.quantize_radius(i.x.detach().norm(dim=-1, keepdim=True), 6),
-            quantize.quantize_direction(i.ux.detach(), 4, "zero"),
+            quantize.quantize_direction(i.ux.detach(), 4, "zero", 1.0),
         ],
         dim=-1,
     )  # [B, 1 + D]

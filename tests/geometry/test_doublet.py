@@ -71,6 +71,17 @@ def test_lines_in_the_minimal_representation_act_like_the_full_d_k_lines():
         )
 
 
+def test_the_chiral_operator_is_built_in_the_requested_dtype():
+    """A complex128 projector gives a float32 operator when float32 is asked for (the gate's
+    output dtype), with the float64 one's values."""
+    proj, _ = su2.chiral_projector(
+        torch.randn(3, 3, generator=torch.Generator().manual_seed(2)).double()
+    )
+    low, high = chiral_operator(proj, 2, 16, torch.float32), chiral_operator(proj, 2, 16, F64)
+    assert low.dtype == torch.float32 and high.dtype == F64
+    torch.testing.assert_close(low.double(), high, rtol=1e-6, atol=1e-7)
+
+
 def test_chiral_gate_identity_idempotence_degeneracy_and_su2_covariance():
     n_c, k = 2, 16
     g = torch.Generator().manual_seed(3)

@@ -33,3 +33,15 @@ def test_group_exp_vjp_is_the_gradient_of_a_transported_field(n_colors):
     torch.testing.assert_close(group_exp_vjp(group, h, e), ref, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="N_f <= 2"):
         group_exp_vjp(GaugeGroup(3, 1.0, 0.5, 0.3), torch.zeros(12, dtype=F64), torch.zeros(12))
+
+
+def test_three_colours_with_two_batch_axes_in_float64_and_float32():
+    """N_f = 3 (the factors' matrix exponentials) is exp(sum_g h_g T_g) for h [2, 4, G], in the
+    dtype of h."""
+    group = GaugeGroup(3, g_s=0.9, g_2=0.6, g_1=0.3, hypercharge=0.7)
+    h = torch.randn(2, 4, group.n_generators, generator=torch.Generator().manual_seed(6), dtype=F64)
+    want = torch.linalg.matrix_exp(torch.einsum("...g,gij->...ij", h, group.generators()))
+    torch.testing.assert_close(group_exp(group, h), want, rtol=1e-12, atol=1e-12)
+    low = group_exp(group, h.float())
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low.double(), want, rtol=1e-5, atol=1e-5)

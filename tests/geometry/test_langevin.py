@@ -5,6 +5,7 @@ the energy bounded over 10^4 steps, where explicit Euler drifts."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -153,6 +154,83 @@ def test_geodesic_drift_without_forces_is_the_geodesic_flow():
     torch.testing.assert_close(p1, p2)
 
 
+@pytest.mark.parametrize("boris", [False, True])
+def test_baoab_composes_toy_substeps_as_its_contract_says(boris):
+    """B A B (O the identity: one merged drift of length h) on toy substeps that read all they
+    are given: the position terms reach the opening kick, the drift and the closing kick; B is
+    p + h/2 F, or with `rotate` half the force, the rotation for h/2, the other half."""
+    h = 0.2
+    z = torch.tensor([[0.1, -0.2]], dtype=torch.float64)
+    p = torch.tensor([[0.3, 0.4]], dtype=torch.float64)
+
+    def position(x):
+        return 2.0 * x
+
+    def kick(x, q, terms):
+        return terms - q
+
+    def drift(x, q, t, terms, _reuse):
+        return x + t * q + t * terms, q, None
+
+    def rotate(x, q, t, terms):
+        return q + t * (terms + q)
+
+    def b(x, q, terms):
+        f = kick(x, q, terms)
+        if not boris:
+            return q + 0.5 * h * f
+        return rotate(x, q + 0.25 * h * f, 0.5 * h, terms) + 0.25 * h * f
+
+    p1 = b(z, p, position(z))
+    z1 = z + h * p1 + h * position(z)
+    want = (z1, b(z1, p1, position(z1)), position(z1))
+    got = L.baoab(z, p, h, position, kick, drift, None, rotate=rotate if boris else None)
+    torch.testing.assert_close(got, want, rtol=1e-15, atol=1e-15)
+
+
+@pytest.mark.parametrize("drift", ["kick", "doubled"])
+def test_the_kick_drifts_add_minus_dk_dz_to_the_force(drift):
+    """drift "kick" (Euclidean drift, -dK/dz in the kick) and "doubled" (the geodesic flow and
+    -dK/dz as well): one frictionless step is B A A B composed by hand, each B
+    p + h/2 (F(z) - dK/dz(z, p))."""
+    g = torch.Generator().manual_seed(4)
+    z = 0.6 * torch.rand(8, DIM, generator=g, dtype=torch.float64) / DIM**0.5
+    p = torch.randn(8, DIM, generator=g, dtype=torch.float64)
+
+    def b(x, q):
+        return q + H / 2 * (force(x) - P.kinetic_energy_grad(x, q))
+
+    def a(x, q):
+        x, q = L.drift_step(x, q, H / 2, drift)
+        return P.project(x, 1 - 1e-5), q
+
+    p1 = b(z, p)
+    z1, p1 = a(*a(z, p1))
+    got = L.baoab_step(z, p, force, H, drift=drift)
+    torch.testing.assert_close(got, (z1, b(z1, p1)), rtol=1e-12, atol=1e-12)
+
+
+def test_the_defaults_are_frictionless_and_cold_and_noise_false_is_the_mean():
+    """Without gamma and temperature a step is frictionless and cold; with friction but no
+    temperature (T = 0) the noise does nothing; noise=False runs the O step's mean."""
+    g = torch.Generator().manual_seed(5)
+    z = 0.6 * torch.rand(8, DIM, generator=g, dtype=torch.float64) / DIM**0.5
+    p = torch.randn(8, DIM, generator=g, dtype=torch.float64)
+    xi = torch.randn(8, DIM, generator=g, dtype=torch.float64)
+    cold = L.baoab_step(z, p, force, H, 1.0)
+    torch.testing.assert_close(L.baoab_step(z, p, force, H, 1.0, noise=xi), cold)
+    steps = [(z, p)]
+    for _ in range(3):
+        steps.append(L.baoab_step(*steps[-1], force, H))
+    torch.testing.assert_close(L.baoab_substeps(z, p, force, H, 3), steps[-1])
+    two_cold = L.baoab_step(*cold, force, H, 1.0)
+    torch.testing.assert_close(L.baoab_substeps(z, p, force, H, 2, 1.0), two_cold)
+    for temperature, noise in ((0.0, True), (0.5, False)):  # no noise drawn: O is c1 p
+        za, pa = L.baoab_substeps(z, p, force, H, 2, 1.0, temperature, noise=noise)
+        zb, pb = L.baoab_step(*L.baoab_step(z, p, force, H, 1.0), force, H, 1.0)
+        torch.testing.assert_close((za, pa), (zb, pb), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("gamma", [0.0, 1.0])
 def test_substeps_equal_repeated_single_steps(gamma):
     """baoab_substeps reuses force evaluations and merges half-flows: the same map, exactly."""
@@ -166,6 +244,26 @@ def test_substeps_equal_repeated_single_steps(gamma):
         zb, pb = L.baoab_step(zb, pb, force, H, gamma, TEMP, noise=xi)
     torch.testing.assert_close(za, zb, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(pa, pb, rtol=1e-12, atol=1e-12)
+
+
+def test_ou_coefficients_and_step_are_thm_103s():
+    """c1 = exp(-gamma h), c2 = sqrt((1 - c1^2) T), from floats and from tensors; the O step is
+    c1 p + c2 lambda(z) xi."""
+    gamma, h, temperature = 0.7, 0.3, 0.4
+    c1 = math.exp(-gamma * h)
+    want = (c1, math.sqrt((1 - c1 * c1) * temperature))
+    assert L.ou_coefficients(gamma, h, temperature) == pytest.approx(want, rel=1e-14)
+    got = L.ou_coefficients(torch.tensor(gamma, dtype=torch.float64), h, temperature)
+    assert [float(c) for c in got] == pytest.approx(want, rel=1e-14)
+    z = torch.tensor([[0.3, -0.4]], dtype=torch.float64)
+    p, xi = (
+        torch.tensor([[1.0, 2.0]], dtype=torch.float64),
+        torch.tensor([[0.5, -1.5]], dtype=torch.float64),
+    )
+    lam = 2.0 / (1.0 - 0.25)
+    torch.testing.assert_close(
+        L.ou_step(z, p, 0.9, 0.2, xi), 0.9 * p + 0.2 * lam * xi, rtol=1e-15, atol=0
+    )
 
 
 def test_ou_coefficient_gradients_stay_finite_at_zero_friction():

@@ -426,6 +426,10 @@ def test_distance_from_the_origin_is_one_function_of_the_norm():
     same map of a norm; the confining potential and force are d^2 / 2 and minus its gradient."""
     z = ball_points(64, D, 0.999, seed=31)
     torch.testing.assert_close(P.dist0(z), P.dist(torch.zeros_like(z), z), rtol=1e-9, atol=1e-12)
+    assert P.dist0(z, keepdim=True).shape == (64, 1) and P.dist0(z[:1]).shape == (1,)
+    assert P.dist(z, z.flip(0), keepdim=True).shape == (64, 1) and P.dist(z[:1], z[:1]).shape == (
+        1,
+    )
     assert torch.equal(P.dist0(z, keepdim=True).squeeze(-1), P.dist0(z))
     assert torch.equal(P.dist0(z), P.gyro_norm_dist(z.norm(dim=-1)))
     zq = z.clone().requires_grad_(True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from geometry import quantize
@@ -36,6 +37,7 @@ def test_empty_streams_and_single_rows():
     for codes, widths in [
         (torch.zeros(0, 3, dtype=torch.int64), torch.tensor([1, 2, 3])),
         (torch.zeros(4, 2, dtype=torch.int64), torch.tensor([0, 0])),
+        (torch.zeros(4, 0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)),  # no fields
     ]:
         data = quantize.pack_bits(codes, widths)
         assert data.dtype == torch.uint8 and data.shape == (0,)
@@ -106,3 +108,19 @@ def test_dequantized_radius_has_the_dtype_asked_for():
         r = quantize.dequantize_radius(codes, 6, dtype)
         assert r.dtype == dtype
         torch.testing.assert_close(r, torch.tensor([0.5 / 64, 63.5 / 64], dtype=dtype))
+
+
+def test_radius_codes_are_clamped_to_the_grid():
+    """floor(r 2^b) clamped to [0, 2^b - 1]: r = 0 and a negative r code 0, r on the boundary
+    and beyond code the last cell."""
+    r = torch.tensor([-0.25, 0.0, 0.49, 1.0, 3.0], dtype=torch.float64)
+    assert quantize.quantize_radius(r, 3).tolist() == [0, 0, 3, 7, 7]
+
+
+@pytest.mark.parametrize("grid, top", [("seed", 7), ("zero", 6)])
+def test_coordinates_outside_the_range_take_the_codes_of_its_ends(grid, top):
+    """a = 0.5, b = 3: coordinates +-0.9 code as +-0.5 do, the grid's last and first codes."""
+    u = torch.tensor([[0.9, -0.9, 0.5, -0.5, 0.1]], dtype=torch.float64)
+    codes = quantize.quantize_direction(u, 3, grid, 0.5)
+    assert codes.tolist() == quantize.quantize_direction(u.clamp(-0.5, 0.5), 3, grid, 0.5).tolist()
+    assert codes[0, :4].tolist() == [top, 0, top, 0]

@@ -21,6 +21,7 @@ from geometry.wilson_lines import (
     cell_centers,
     compose_via_origin,
     hierarchical_wilson_line_to_origin,
+    line_from_integral,
     segmented_group_line,
     segmented_group_line_vjp,
     wilson_line,
@@ -251,3 +252,40 @@ def test_affine_segment_exponents_vjp_is_autograds_gradient(mode):
     got_p, got_q = affine_segment_exponents_vjp(group, p.detach(), q.detach(), mode, 4, grad)
     torch.testing.assert_close(got_p, ref_p, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got_q, ref_q, rtol=1e-12, atol=1e-12)
+
+
+def test_a_line_from_an_integral_names_the_modes_it_knows():
+    group = GaugeGroup(1, g_s=1.0, g_2=0.7, g_1=0.4, hypercharge=1.3)
+    h = torch.zeros(group.n_generators, dtype=F64)
+    with pytest.raises(
+        ValueError, match="^unknown Wilson-line mode 'magnus' \\(exp or first_order\\)$"
+    ):
+        line_from_integral(group, h, "magnus")
+
+
+def test_lines_in_the_group_integrate_a_curved_connection_as_the_generic_lines_do():
+    """A connection whose coefficients are not polynomial (sin of the position): the integrated
+    connection's quadrature is not exact, so the exp and first-order lines in the group agree
+    with wilson_line's only because both take the same Gauss-Legendre points."""
+    group = GaugeGroup(2, g_s=1.0, g_2=0.7, g_1=0.4, hypercharge=1.3)
+    c0 = torch.randn(D, group.n_generators, generator=torch.Generator().manual_seed(7), dtype=F64)
+
+    def coefficients(x, dx):  # [..., G]
+        return torch.einsum("...m,mg->...g", torch.sin(4.0 * x) * dx, c0)
+
+    def conn(x, dx):  # [..., r, r]
+        return torch.einsum("...g,gij->...ij", coefficients(x, dx), group.generators())
+
+    z = ball_points(6, D, 0.9, seed=23)
+    for mode in ("exp", "first_order"):
+        fast = wilson_line_in_group(group, coefficients, z, torch.zeros_like(z), mode, 4)
+        torch.testing.assert_close(
+            fast, wilson_line_to_origin(conn, z, mode=mode), rtol=1e-12, atol=1e-12
+        )
+    with pytest.raises(ValueError, match="^unknown Wilson-line mode 'magnus'$"):
+        wilson_line_in_group(group, coefficients, z, torch.zeros_like(z), "magnus", 4)
+    with pytest.raises(
+        ValueError,
+        match="^affine_segment_exponents takes exp, path_ordered or magnus4: 'first_order'$",
+    ):
+        affine_segment_exponents(group, z, z, "first_order", 4)
