@@ -242,7 +242,7 @@ def cell_centers(z: Tensor, level: int) -> Tensor:
 
 
 def hierarchical_wilson_line_to_origin(
-    conn: ConnectionFn, z: Tensor, level: int, segments: int = 16
+    conn: ConnectionFn, z: Tensor, level: int, segments: int
 ) -> Tensor:
     """U_{z->0} ~ U_{c->0} (I + H(z -> c)) with c the cell centre of z (seed 003 Def 290).
 

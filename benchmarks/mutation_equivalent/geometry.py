@@ -255,3 +255,24 @@ _add("geometry.wilson_lines", "_segment_weights", [
     ("mids = (torch.arange(n, dtype=like.dtype, device=like.device) + 0.5) / n", "mids = (torch.arange(n, dtype=like.dtype, device=None) + 0.5) / n"),
     ("mids = (torch.arange(n, dtype=like.dtype, device=like.device) + 0.5) / n", "mids = (torch.arange(n, dtype=like.dtype, ) + 0.5) / n"),
 ], DEVICE_ONLY)  # fmt: skip
+_add("geometry.group_exponential", "_factor_angles", [
+    ("return x[..., : k + 3].unflatten(-1, (2, 3)) * _factor_couplings(group, x.dtype, x.device)", "return x[..., : k + 3].unflatten(-1, (2, 3)) * _factor_couplings(group, x.dtype, None)"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.group_exponential", "_quaternion_element", [
+    ("return (coeff @ _group_exp_basis(group, q.dtype, q.device)).unflatten(-1, (r, r))", "return (coeff @ _group_exp_basis(group, q.dtype, None)).unflatten(-1, (r, r))"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.sphere", "normalize", [
+    ("n = (x + zero.to(x.dtype)).norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)  # [..., 1]", "n = (x - zero.to(x.dtype)).norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)  # [..., 1]"),
+    ("n = (x + zero.to(x.dtype)).norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)  # [..., 1]", "n = (x + zero.to(None)).norm(dim=-1, keepdim=True).clamp_min(MIN_NORM)  # [..., 1]"),
+], "a zero row's stand-in is all ones or all minus ones (the same norm, and the row's output is "
+   "0 either way); bool + float promotes to the float")  # fmt: skip
+_add("geometry.su2", "su2_quaternion", [
+    ("small = t2 < 1e-4", "small = t2 <= 1e-4"),
+], "at t^2 = 1e-4 exactly the series and cos / sin agree to the series' truncation (< 1e-16); "
+   "no test can pin which one a single point takes")  # fmt: skip
+_add("geometry.wilson_lines", "cell_centers", [
+    ("idx = torch.floor((z.detach() + 1.0) / width).clamp(0, 2**level - 1)", "idx = torch.floor((z.detach() + 1.0) / width).clamp(None, 2**level - 1)"),
+], "z lies in [-1, 1]^d (the grid's square), so the cell index is never below 0")  # fmt: skip
+_add("geometry.wilson_lines", "hierarchical_wilson_line_to_origin", [
+    ('u_cells = wilson_line_to_origin(conn, uniq, mode="path_ordered", segments=segments)', "u_cells = wilson_line_to_origin(conn, uniq, segments=segments)"),
+], "path_ordered is wilson_line_to_origin's default (stated here because Def 290 needs it)")  # fmt: skip

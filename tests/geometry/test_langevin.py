@@ -201,7 +201,10 @@ def test_the_kick_drifts_add_minus_dk_dz_to_the_force(drift):
         return q + H / 2 * (force(x) - P.kinetic_energy_grad(x, q))
 
     def a(x, q):
-        x, q = L.drift_step(x, q, H / 2, drift)
+        if drift == "doubled":  # the geodesic flow
+            x, q = P.geodesic_flow(x, q, H / 2)
+        else:  # Euclidean: dz = G^-1 p dt
+            x = x + H / 2 * q * P.inverse_metric_factor(x)
         return P.project(x, 1 - 1e-5), q
 
     p1 = b(z, p)

@@ -235,3 +235,15 @@ def test_quaternion_product_and_adjoint_are_the_matrix_ones():
     eye = torch.eye(3, dtype=torch.float64).expand(6, 3, 3)
     torch.testing.assert_close(rot @ rot.transpose(-1, -2), eye)
     torch.testing.assert_close(torch.linalg.det(rot), torch.ones(6, dtype=torch.float64))
+
+
+def test_su2_quaternion_series_below_the_switch_to_mpmath():
+    """cos(t/2) and sin(t/2)/t from their series in t^2 below t = 1e-2, to float64's rounding
+    (each coefficient counts at t^2 ~ 1e-4)."""
+    for t in (9.9e-3, 5e-3):
+        theta = torch.tensor([t, 0.0, 0.0], dtype=torch.float64)
+        q = su2.su2_quaternion(theta)
+        with mpmath.workdps(40):
+            half = mpmath.mpf(t) / 2
+            want = (float(mpmath.cos(half)), float(mpmath.sin(half) / mpmath.mpf(t)))
+        assert abs(float(q[0]) - want[0]) <= 2e-16 and abs(float(q[1]) / t - want[1]) <= 2e-16

@@ -160,6 +160,14 @@ def test_hierarchical_lines_approach_straight_lines_and_stay_covariant():
     assert cov[-1] < cov[0] / 8, cov  # only the first-order hop inside the cell breaks covariance
     centres = cell_centers(z, 3)
     assert ((centres - z).abs() <= 2.0 / 8 / 2 + 1e-12).all()
+    # Def 290: the path-ordered line from each cell's centre times the first-order hop to it
+    centres = cell_centers(z, 2)
+    hop = wilson_line(conn, z, centres, mode="first_order")
+    want = wilson_line_to_origin(conn, centres, mode="path_ordered", segments=64) @ hop
+    got = hierarchical_wilson_line_to_origin(conn, z, 2, 64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    corners = torch.tensor([[1.0, -1.0], [-0.6, 0.2]], dtype=F64)  # the closed square's edges
+    assert cell_centers(corners, 2).tolist() == [[0.75, -0.75], [-0.75, 0.25]]
 
 
 def test_gradcheck_wilson_lines():
