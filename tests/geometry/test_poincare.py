@@ -287,10 +287,13 @@ def _christoffel_autograd(z: torch.Tensor) -> torch.Tensor:
 def test_christoffel_contract_matches_autograd_symbols():
     zs = ball_points(6, 3, 0.95, seed=19)
     vs = torch.randn(6, 3, dtype=torch.float64)
+    refs = []
     for z, v in zip(zs, vs, strict=True):
         gamma = _christoffel_autograd(z)
-        ref = torch.einsum("kij,i,j->k", gamma, v, v)
-        torch.testing.assert_close(P.christoffel_contract(z, v), ref, rtol=1e-10, atol=1e-10)
+        refs.append(torch.einsum("kij,i,j->k", gamma, v, v))
+        torch.testing.assert_close(P.christoffel_contract(z, v), refs[-1], rtol=1e-10, atol=1e-10)
+    batched = P.christoffel_contract(zs, vs)  # [6, 3]: each row its own contraction
+    torch.testing.assert_close(batched, torch.stack(refs), rtol=1e-10, atol=1e-10)
 
 
 def test_kinetic_energy_gradient_matches_autograd():
