@@ -537,3 +537,19 @@ def test_logmap0_on_the_boundary_and_with_a_given_jacobian():
     want = given[0] * w + given[1] * (y * w).sum(-1, keepdim=True) * y
     torch.testing.assert_close(P.logmap0_vjp(y, w, given), want)
     assert not torch.allclose(P.logmap0_vjp(y, w), want)
+
+
+def test_logmap0_below_its_series_switch_and_on_the_boundary():
+    """artanh(r) / r from its series below r = 1e-3, to mpmath at float64's rounding; a float32
+    point on the unit sphere (|y| = 1 after rounding) maps to a finite vector; project refuses
+    a max_norm outside (0, 1) in one line."""
+    for radius in (9.99e-4, 3e-4):
+        y = torch.tensor([[radius, 0.0]], dtype=torch.float64)
+        with mpmath.workdps(40):
+            want = float(mpmath.atanh(mpmath.mpf(radius)))
+        assert abs(float(P.logmap0(y)[0, 0]) - want) <= 4e-16 * want
+    edge = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+    assert torch.isfinite(P.logmap0(edge)).all()
+    for bad in (0.0, 1.0):
+        with pytest.raises(ValueError, match=rf"^max_norm must lie in \(0, 1\), got {bad}$"):
+            P.project(edge, bad)
