@@ -280,3 +280,37 @@ _add("geometry.poincare", "logmap0", [
     ("small = r2 < 1e-6", "small = r2 <= 1e-6"),
 ], "at r^2 = 1e-6 exactly the series and artanh(r) / r agree to the series' truncation "
    "(< 1e-19); no test can pin which one a single point takes")  # fmt: skip
+_add("geometry.gauge_transforms", "random_gauge_field", [
+    ("return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)", "return torch.randn(*shape, generator=generator, dtype=None).to(dtype)"),
+    ("return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)", "return torch.randn(*shape, generator=generator, ).to(dtype)"),
+], "the field is drawn in one dtype and cast either way (the same field in every dtype, as the "
+   "tests check); which normal numbers it draws changes no property of a random field")  # fmt: skip
+_add("geometry.gauge_transforms", "random_gauge_field", [
+    ('x = torch.einsum("jg,gkl->jkl", mix, generators)', 'x = torch.einsum("JG,GKL->JKL", mix, generators)'),
+], _EINSUM_CASE)  # fmt: skip
+_add("geometry.gauge_transforms", "random_gauge_field", [
+    ("x = x / x.flatten(1).norm(dim=-1).clamp_min(1e-12)[:, None, None]", "x = x / x.flatten(1).norm(dim=+1).clamp_min(1e-12)[:, None, None]"),
+], "x.flatten(1) is [J, k^2]: dim 1 of a 2-D tensor is dim -1")  # fmt: skip
+_add("geometry.gauge_transforms", "_phi_and_dphi", [
+    ('arg = torch.einsum("...d,jd->...j", z, field.w) + field.c  # [..., J]', 'arg = torch.einsum("...D,JD->...J", z, field.w) + field.c  # [..., J]'),
+    ('phi = torch.einsum("...d,jd->...j", z, field.a) + field.b * torch.sin(arg)  # [..., J]', 'phi = torch.einsum("...D,JD->...J", z, field.a) + field.b * torch.sin(arg)  # [..., J]'),
+    ('dphi = torch.einsum("...d,jd->...j", dz, field.a) + field.b * torch.cos(arg) * torch.einsum(', 'dphi = torch.einsum("...D,JD->...J", dz, field.a) + field.b * torch.cos(arg) * torch.einsum('),
+    ('"...d,jd->...j", dz, field.w', '"...D,JD->...J", dz, field.w'),
+], _EINSUM_CASE)  # fmt: skip
+_add("geometry.gauge_transforms", "gauge_omega_derivative", [
+    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=None).expand_as(facs[..., 0, :, :])"),
+    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, ).expand_as(facs[..., 0, :, :])"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.gauge_transforms", "gauge_omega_derivative", [
+    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-2], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])"),
+    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 1, :, :])"),
+], "the factors are square [..., J, k, k] matrices: the identity is k x k either way, and every "
+   "factor index has the same shape to expand to")  # fmt: skip
+_add("geometry.wilson_lines", "_path_integral", [
+    ("for t, w in zip(nodes, weights, strict=True):", f"for t, w in zip(nodes, weights, {after}):")
+    for after in ("strict=None", "", "strict=False")
+], "Gauss-Legendre's nodes and weights come in pairs from one rule")  # fmt: skip
+_add("geometry.wilson_lines", "_magnus4_increments", [
+    ("starts = torch.arange(segments, dtype=a.dtype, device=a.device) / segments  # [S]", "starts = torch.arange(segments, dtype=a.dtype, device=None) / segments  # [S]"),
+    ("starts = torch.arange(segments, dtype=a.dtype, device=a.device) / segments  # [S]", "starts = torch.arange(segments, dtype=a.dtype, ) / segments  # [S]"),
+], DEVICE_ONLY)  # fmt: skip

@@ -12,6 +12,7 @@ from geometry.gauge_transforms import (
     gauge_transform_connection,
     random_gauge_field,
 )
+from geometry.lie_algebra import gauge_generators
 from geometry.wilson_lines import wilson_line_to_origin
 from tests.conftest import ball_points
 from tests.geometry.test_wilson_lines import _ratios, make_connection
@@ -93,3 +94,16 @@ def test_transported_inner_products_are_gauge_invariant_only_with_exact_transpor
     assert _score_change("path_ordered", segments=1024) < 1e-5  # O(S^-2): 4e-5 at S = 256
     assert _score_change("magnus4", segments=32) < 1e-5  # O(S^-4)
     assert _score_change("first_order") > 1e-2  # measurably not invariant
+
+
+def test_a_random_field_is_drawn_in_float64_whatever_its_dtype():
+    """The same generator seed gives the same field in float32 as in float64 (drawn in one dtype,
+    then cast), and its factors' directions X have unit norm, also from weak generators."""
+    gens = gauge_generators(K, n_colors=2, dtype=torch.float64).stacked(1.0, 0.7, 0.4)
+    high = random_gauge_field(gens, D, generator=torch.Generator().manual_seed(3))
+    low = random_gauge_field(gens.float(), D, generator=torch.Generator().manual_seed(3))
+    for name in ("X", "a", "b", "w", "c"):
+        torch.testing.assert_close(getattr(low, name), getattr(high, name).float(), msg=name)
+    weak = random_gauge_field(0.01 * gens, D, generator=torch.Generator().manual_seed(3))
+    norms = torch.cat([high.X.flatten(1).norm(dim=-1), weak.X.flatten(1).norm(dim=-1)])
+    torch.testing.assert_close(norms, torch.ones_like(norms), rtol=1e-12, atol=1e-12)

@@ -297,3 +297,18 @@ def test_lines_in_the_group_integrate_a_curved_connection_as_the_generic_lines_d
         match="^affine_segment_exponents takes exp, path_ordered or magnus4: 'first_order'$",
     ):
         affine_segment_exponents(group, z, z, "first_order", 4)
+
+
+@pytest.mark.parametrize("mode", ["path_ordered", "magnus4"])
+def test_one_segment_is_a_line_and_none_is_refused(mode):
+    """segments = 1 is one piece over the whole path (for path_ordered, the midpoint's exp);
+    0 is refused in one line."""
+    conn, _ = make_connection(seed=9)
+    a, b = ball_points(2, D, 0.8, seed=10), ball_points(2, D, 0.8, seed=11)
+    one = wilson_line(conn, a, b, mode=mode, segments=1)
+    assert torch.isfinite(one).all()
+    if mode == "path_ordered":
+        want = torch.linalg.matrix_exp(-conn(0.5 * (a + b), b - a))
+        torch.testing.assert_close(one, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="^segments must be >= 1$"):
+        wilson_line(conn, a, b, mode=mode, segments=0)
