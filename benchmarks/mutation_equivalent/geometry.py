@@ -314,3 +314,13 @@ _add("geometry.wilson_lines", "_magnus4_increments", [
     ("starts = torch.arange(segments, dtype=a.dtype, device=a.device) / segments  # [S]", "starts = torch.arange(segments, dtype=a.dtype, device=None) / segments  # [S]"),
     ("starts = torch.arange(segments, dtype=a.dtype, device=a.device) / segments  # [S]", "starts = torch.arange(segments, dtype=a.dtype, ) / segments  # [S]"),
 ], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "_segment_increments", [
+    ("ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, device=a.device)", "ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, device=None)"),
+    ("ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, device=a.device)", "ts = torch.linspace(0.0, 1.0, segments + 1, dtype=a.dtype, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "wilson_line", [
+    ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=h.dtype, device=None) + h"),
+], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "wilson_line", [
+    ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=None, device=h.device) + h"),
+], "the identity's 0s and 1s are exact in every dtype, and type promotion gives h's dtype")  # fmt: skip
