@@ -320,7 +320,13 @@ _add("geometry.wilson_lines", "_segment_increments", [
 ], DEVICE_ONLY)  # fmt: skip
 _add("geometry.wilson_lines", "wilson_line", [
     ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=h.dtype, device=None) + h"),
+    ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=h.dtype, ) + h"),
 ], DEVICE_ONLY)  # fmt: skip
+_add("geometry.wilson_lines", "wilson_line", [
+    ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-2], dtype=h.dtype, device=h.device) + h"),
+    ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], device=h.device) + h"),
+], "h is a square [..., k, k] matrix; the identity's 0s and 1s are exact in every dtype and "
+   "type promotion gives h's dtype")  # fmt: skip
 _add("geometry.wilson_lines", "wilson_line", [
     ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=None, device=h.device) + h"),
 ], "the identity's 0s and 1s are exact in every dtype, and type promotion gives h's dtype")  # fmt: skip

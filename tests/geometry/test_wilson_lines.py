@@ -312,6 +312,8 @@ def test_one_segment_is_a_line_and_none_is_refused(mode):
         torch.testing.assert_close(one, want, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="^segments must be >= 1$"):
         wilson_line(conn, a, b, mode=mode, segments=0)
+    with pytest.raises(ValueError, match="^unknown Wilson-line mode 'magnus'$"):
+        wilson_line(conn, a, b, mode="magnus")
     if mode == "path_ordered":  # the defaults: path-ordered in 8 segments
         eight = wilson_line(conn, a, b, mode=mode, segments=8)
         assert torch.equal(wilson_line(conn, a, b), eight)
