@@ -12,9 +12,9 @@ survivors (which new tests may kill). Functions that run only in ranks a test sp
 get those tests by hand in a second pass, since mutmut sees calls in the pytest process alone.
 Not part of CI (20-60 minutes per package on two cores).
 
-The table counts killed, survived, timeout and others per package, and the score
-killed / (all - equivalent), where a surviving mutant is equivalent when it cannot change
-behaviour; each such mutant is listed with its reason in `benchmarks/mutation_equivalent/`
+The table counts killed (a failing test, a timeout or a crashed test run), survived, equivalent
+and others (no test) per package, and the score killed / (all - equivalent), where a surviving
+mutant is equivalent when it cannot change behaviour; each such mutant is listed with its reason in `benchmarks/mutation_equivalent/`
 (keyed by file, function and the line before and after, so the list survives renumbering). With
 `--survivors` every surviving mutant that is not listed is printed as its diff, to be killed
 by a sharper test or listed.
@@ -163,7 +163,7 @@ def report(
             else:
                 unlisted.append((mutant, before, after))
     total = sum(counts.values())
-    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    killed = sum(counts.get(v, 0) for v in ("killed", "timeout", "segfault"))  # tests failed
     if show:
         for mutant, before, after in unlisted:
             print(f"{name}: {mutant}\n    - {before}\n    + {after}")

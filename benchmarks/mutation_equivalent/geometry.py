@@ -330,3 +330,19 @@ _add("geometry.wilson_lines", "wilson_line", [
 _add("geometry.wilson_lines", "wilson_line", [
     ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=None, device=h.device) + h"),
 ], "the identity's 0s and 1s are exact in every dtype, and type promotion gives h's dtype")  # fmt: skip
+_add("geometry.lie_algebra", "GaugeGeneratorsǁstacked", [
+    ("return torch.cat([g_s * self.binding, g_2 * self.error, g_1 * self.opportunity], dim=0)", "return torch.cat([g_s * self.binding, g_2 * self.error, g_1 * self.opportunity], )"),
+], "dim 0 is cat's default")  # fmt: skip
+_add("geometry.lie_algebra", "gauge_generators", [
+    ("return realify(-0.5j * torch.kron(torch.kron(colour, doublet), eye_m)).to(dtype)", "return realify(-0.5j * torch.kron(torch.kron(colour, doublet), eye_m)).to(None)"),
+    ("binding = [lift(lam, eye_2) for lam in gell_mann(n_colors, cdt)]", "binding = [lift(lam, eye_2) for lam in gell_mann(n_colors, )]"),
+    ("error = [lift(eye_c, sig) for sig in pauli(cdt)]", "error = [lift(eye_c, sig) for sig in pauli(None)]"),
+    ("empty = torch.zeros(0, k, k, dtype=dtype)", "empty = torch.zeros(0, k, k, dtype=None)"),
+], "the generators' entries (0, +-1/2, +-1/sqrt 3 / 2 ...) are built in complex128 or the "
+   "requested precision and cast to `dtype` when stacked: the same float32 or float64 values; "
+   "an empty block takes the others' dtype in cat")  # fmt: skip
+_add("geometry.wilson_lines", "affine_connection", [
+    ('coeff = c0 + torch.einsum("...n,mng->...mg", x, c1)  # [..., d, G]', 'coeff = c0 + torch.einsum("...N,MNG->...MG", x, c1)  # [..., d, G]'),
+    ('along = torch.einsum("...mg,...m->...g", coeff, dx)  # [..., G]', 'along = torch.einsum("...MG,...M->...G", coeff, dx)  # [..., G]'),
+    ('return torch.einsum("...g,gij->...ij", along, generators)  # [..., k, k]', 'return torch.einsum("...G,GIJ->...IJ", along, generators)  # [..., k, k]'),
+], _EINSUM_CASE)  # fmt: skip

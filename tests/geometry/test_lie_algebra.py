@@ -87,3 +87,20 @@ def test_bracket_is_the_matrix_commutator_of_the_generators():
         ref = torch.autograd.grad((bracket(group, u, v) * w).sum(), (u, v))
         for a, b in zip(_bracket_vjp(group, u, v, w), ref, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_gauge_generators_defaults_dtype_and_refusal():
+    """By default N_f = 2 with hypercharge 1, in float32; float64 on request; a k that is not a
+    multiple of 4 N_f is refused with the multiple it needs."""
+    default = gauge_generators(8)
+    explicit = gauge_generators(8, n_colors=2, hypercharge=1.0, dtype=torch.float32)
+    assert default.stacked(1.0, 0.7, 0.4).dtype == torch.float32
+    assert torch.equal(default.stacked(1.0, 0.7, 0.4), explicit.stacked(1.0, 0.7, 0.4))
+    high = gauge_generators(8, dtype=torch.float64).stacked(1.0, 0.7, 0.4)
+    assert high.dtype == torch.float64
+    torch.testing.assert_close(high.float(), explicit.stacked(1.0, 0.7, 0.4), rtol=0, atol=0)
+    assert gauge_generators(24, n_colors=3).stacked(1.0, 1.0, 1.0).shape == (12, 24, 24)
+    with pytest.raises(
+        ValueError, match=r"^k=12 must be a positive multiple of 4 \* n_colors = 8$"
+    ):
+        gauge_generators(12)
