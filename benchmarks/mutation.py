@@ -14,10 +14,10 @@ Not part of CI (20-60 minutes per package on two cores).
 
 The table counts killed (a failing test, a timeout or a crashed test run), survived, equivalent
 and others (no test) per package, and the score killed / (all - equivalent), where a surviving
-mutant is equivalent when it cannot change behaviour; each such mutant is listed with its reason in `benchmarks/mutation_equivalent/`
-(keyed by file, function and the line before and after, so the list survives renumbering). With
-`--survivors` every surviving mutant that is not listed is printed as its diff, to be killed
-by a sharper test or listed.
+mutant is equivalent when it cannot change behaviour; each such mutant is listed with its
+reason in `benchmarks/mutation_equivalent/` (keyed by file, function and the line before and
+after, so the list survives renumbering). With `--survivors` every surviving mutant that is not
+listed is printed as its diff, to be killed by a sharper test or listed.
 """
 
 from __future__ import annotations

@@ -346,3 +346,11 @@ _add("geometry.wilson_lines", "affine_connection", [
     ('along = torch.einsum("...mg,...m->...g", coeff, dx)  # [..., G]', 'along = torch.einsum("...MG,...M->...G", coeff, dx)  # [..., G]'),
     ('return torch.einsum("...g,gij->...ij", along, generators)  # [..., k, k]', 'return torch.einsum("...G,GIJ->...IJ", along, generators)  # [..., k, k]'),
 ], _EINSUM_CASE)  # fmt: skip
+_add("geometry.lie_algebra", "gell_mann", [
+    ("s = torch.zeros(n, n, dtype=dtype)", "s = torch.zeros(n, n, dtype=None)"),
+    ("s = torch.zeros(n, n, dtype=dtype)", "s = torch.zeros(n, n, )"),
+], "the symmetric matrices hold 0 and 1, exact in float32, and stacking with the complex ones "
+   "promotes them to the asked dtype")  # fmt: skip
+_add("geometry.lie_algebra", "gauge_generators", [
+    ("empty = torch.zeros(0, k, k, dtype=dtype)", "empty = torch.zeros(0, k, k, )"),
+], "an empty block takes the others' dtype in cat")  # fmt: skip

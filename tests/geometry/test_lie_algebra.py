@@ -20,16 +20,20 @@ F64 = torch.float64
 
 
 def test_gell_mann():
+    """Hermitian, traceless, Tr(l_a l_b) = 2 delta_ab to complex128's rounding; none for n = 1,
+    in the dtype asked for."""
     for n in [1, 2, 3, 4]:
         lam = gell_mann(n)
-        assert lam.shape == (n * n - 1, n, n)
+        assert lam.shape == (n * n - 1, n, n) and lam.dtype == torch.complex128
         torch.testing.assert_close(lam, lam.conj().transpose(-1, -2))
         if n > 1:
             torch.testing.assert_close(
                 torch.einsum("aii->a", lam), torch.zeros(n * n - 1, dtype=lam.dtype)
             )
             gram = torch.einsum("aij,bji->ab", lam, lam)
-            torch.testing.assert_close(gram, 2 * torch.eye(n * n - 1, dtype=lam.dtype))
+            eye = torch.eye(n * n - 1, dtype=lam.dtype)
+            torch.testing.assert_close(gram, 2 * eye, rtol=0, atol=1e-14)
+    assert gell_mann(1, torch.complex64).dtype == torch.complex64
 
 
 def test_realify_is_an_algebra_homomorphism():
