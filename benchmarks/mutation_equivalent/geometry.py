@@ -354,3 +354,7 @@ _add("geometry.lie_algebra", "gell_mann", [
 _add("geometry.lie_algebra", "gauge_generators", [
     ("empty = torch.zeros(0, k, k, dtype=dtype)", "empty = torch.zeros(0, k, k, )"),
 ], "an empty block takes the others' dtype in cat")  # fmt: skip
+_add("geometry.su2", "pauli", [
+    ("s = torch.zeros(3, 2, 2, dtype=complex_dtype_for(dtype), device=device)", "s = torch.zeros(3, 2, 2, dtype=complex_dtype_for(dtype), device=None)"),
+    ("s = torch.zeros(3, 2, 2, dtype=complex_dtype_for(dtype), device=device)", "s = torch.zeros(3, 2, 2, dtype=complex_dtype_for(dtype), )"),
+], DEVICE_ONLY)  # fmt: skip

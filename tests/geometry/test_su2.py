@@ -247,3 +247,9 @@ def test_su2_quaternion_series_below_the_switch_to_mpmath():
             half = mpmath.mpf(t) / 2
             want = (float(mpmath.cos(half)), float(mpmath.sin(half) / mpmath.mpf(t)))
         assert abs(float(q[0]) - want[0]) <= 2e-16 and abs(float(q[1]) / t - want[1]) <= 2e-16
+
+
+def test_the_pauli_matrices_take_the_complex_dtype_of_their_real_one():
+    assert su2.pauli(torch.float32).dtype == torch.complex64
+    assert su2.pauli(torch.float64).dtype == torch.complex128
+    assert su2.su2_exp(torch.zeros(2, 3)).dtype == torch.complex64
