@@ -246,3 +246,14 @@ def test_the_gate_reads_the_operator_it_is_given():
     ):
         torch.testing.assert_close(got, want)
     assert not torch.allclose(chiral_gate(out, proj, n_c, 0.6), chiral_gate(out, proj2, n_c, 0.6))
+
+
+def test_per_sample_operators_give_the_same_gate_with_and_without_gradients():
+    """With a projector per sample the gate contracts by a batched product without gradients
+    and by a broadcast sum with them (a speed choice): the same values."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(5, 16, generator=g, dtype=F64)
+    proj, _ = su2.chiral_projector(torch.randn(5, 3, generator=g, dtype=F64))
+    plain = chiral_gate(x, proj, 2, 0.7)
+    traced = chiral_gate(x.clone().requires_grad_(True), proj, 2, 0.7)
+    torch.testing.assert_close(traced.detach(), plain, rtol=1e-12, atol=1e-12)
