@@ -408,7 +408,7 @@ def test_configs_and_inputs_get_one_clear_error():
     q, k, v = data(3, 5)
     cases = [
         (lambda: DenseHIDAConfig(eps=0), "eps must be"),
-        (lambda: DenseHIDAConfig(metric="klein"), "metric must be one of"),
+        (lambda: DenseHIDAConfig(metric="klein"), "^DenseHIDAConfig.metric must be one of"),
         (lambda: DenseHIDAConfig(query_chunk=0), "query_chunk must be"),
         (lambda: FPHIDAConfig(window=-1), "window must be"),
         (lambda: FPHIDAConfig(n_global=0), "n_global must be"),

@@ -284,6 +284,9 @@ def test_effective_rank_is_the_eigenvalue_ratio():
     lam = torch.linalg.eigvalsh(kernel)
     torch.testing.assert_close(ida.effective_rank(kernel), lam.sum() ** 2 / (lam**2).sum())
     assert 1.0 <= float(ida.effective_rank(kernel)) <= 30.0
+    stacked = torch.stack([kernel, kernel @ kernel])  # a batch [2, n, n]: each its own ratio
+    each = torch.stack([ida.effective_rank(k) for k in stacked])
+    torch.testing.assert_close(ida.effective_rank(stacked), each, rtol=1e-12, atol=0)
 
 
 def test_sphere_points_are_accepted_within_1e3_of_unit_norm():

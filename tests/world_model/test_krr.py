@@ -623,6 +623,7 @@ def test_bad_inputs_get_one_clear_error():
             KRRConfig(**bad)
     with pytest.raises(ValueError, match="multiple of heads"):
         MultiHeadKRRConfig(dim=10, heads=4)
+    MultiHeadKRRConfig(dim=1, heads=1, krr=KRRConfig(heads=1))  # the smallest model is valid
     with pytest.raises(ValueError, match="krr.heads"):
         MultiHeadKRRConfig(dim=8, heads=4, krr=KRRConfig(heads=2))
     attn = KernelRidgeAttention(KRRConfig(heads=3))
