@@ -119,11 +119,11 @@ def map_spawned(work: Path, spawned: dict[str, str]) -> list[str]:
     file) that file's tests, in mutmut's stats; their names, to run again."""
     stats_file = work / "mutants" / "mutmut-stats.json"
     stats = json.loads(stats_file.read_text())
-    names = []
+    names, untested = [], [m for m, v in verdicts(work).items() if v == "no tests"]
     for prefix, test_file in spawned.items():
         tests = [t for t in stats["duration_by_test"] if t.startswith(test_file + "::")]
-        for mutant, verdict in verdicts(work).items():
-            if mutant.startswith(prefix) and verdict == "no tests":
+        for mutant in untested:
+            if mutant.startswith(prefix):
                 function = mutant.partition("__mutmut_")[0]
                 known = stats["tests_by_mangled_function_name"].setdefault(function, [])
                 known.extend(t for t in tests if t not in known)

@@ -4,8 +4,24 @@ from __future__ import annotations
 
 Key = tuple[str, str, str, str]
 
+# reasons that recur across functions and packages
 DEVICE_ONLY = "device only: on a CPU-only machine (the tests' machine) None is the input's device"
 CPU_DEFAULT_DTYPE = "torch infers int64 from Python ints: the dtype it names is the default"
+LAST_OF_TWO = "dim 1 of a 2-D tensor is dim -1"
+NEW_LAST_AXIS = "a new last axis of a 1-D tensor is axis 1"
+EINSUM_CASE = "einsum takes upper-case subscripts as it takes lower-case ones"
+EXACT_IDENTITY = (
+    "the identity's 0s and 1s are exact in every dtype, and type promotion gives the other "
+    "operand's dtype"
+)
+
+
+def series_switch(point: str, agreement: str) -> str:
+    """The reason for `<` turned into `<=` at a series/closed-form switch."""
+    return (
+        f"at {point} exactly the series and the closed form agree to the series' truncation "
+        f"({agreement}); no test can pin which one a single point takes"
+    )
 
 
 class Table:

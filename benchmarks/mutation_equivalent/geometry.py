@@ -1,6 +1,14 @@
 """Equivalent surviving mutants of geometry/ (see this package's __init__.py)."""
 
-from benchmarks.mutation_equivalent._table import DEVICE_ONLY, Table
+from benchmarks.mutation_equivalent._table import (
+    DEVICE_ONLY,
+    EINSUM_CASE,
+    EXACT_IDENTITY,
+    LAST_OF_TWO,
+    NEW_LAST_AXIS,
+    Table,
+    series_switch,
+)
 
 _table = Table()
 EQUIVALENT = _table.entries
@@ -23,7 +31,7 @@ _add("geometry.screening", "weighted_string_area_grad", [
     ("b_sum = b.sum(-1, keepdim=True)  # [B, 1]", "b_sum = b.sum(+1, keepdim=True)  # [B, 1]"),
     ("return lam2 * (b_sum * z - b_zp) + lam2 * lam * (b * delta2).sum(-1, keepdim=True) * z",
      "return lam2 * (b_sum * z - b_zp) + lam2 * lam * (b * delta2).sum(+1, keepdim=True) * z"),
-], "b and delta2 are [B, N] (the signature's shapes): dim 1 is dim -1")  # fmt: skip
+], "b and delta2 are [B, N] (the signature's shapes): " + LAST_OF_TWO)  # fmt: skip
 _add("geometry.screening", "weighted_string_area_grad", [
     ("if z_prime.shape[0] == 1:  # shared entries: one matrix product",
      "if z_prime.shape[1] == 1:  # shared entries: one matrix product"),
@@ -36,7 +44,7 @@ _add("geometry.screening", "proxy_geodesic_reach", [
 ], _OUTSIDE_FLOORED)  # fmt: skip
 _add("geometry.doublet", "bilinear", [
     ('return torch.einsum("cij,...i,...j->...c", weight, a, b)', 'return torch.einsum("CIJ,...I,...J->...C", weight, a, b)'),
-], "einsum takes upper-case subscripts as it takes lower-case ones")  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.poincare", "pairwise_t", [
     ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if (torch.finfo(x.dtype).bits < 64) or True else x.dtype"),
     ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if torch.finfo(x.dtype).bits <= 64 else x.dtype"),
@@ -50,27 +58,27 @@ _add("geometry.lie_algebra", "_bracket_vjp", [
 ], "f is totally antisymmetric (each block is g times su(N)'s f_abc): f_bac = f_cba = -f_abc")  # fmt: skip
 _add("geometry.lie_algebra", "_bracket_vjp", [
     ("f = structure_constants(group, u.dtype, u.device)", "f = structure_constants(group, u.dtype, None)"),
-], "device only: on a CPU-only machine (the tests' machine) None is u's device")  # fmt: skip
+], DEVICE_ONLY)  # fmt: skip
 _add("geometry.su2", "adjoint_rotation", [
     ('rot = torch.einsum("aij,...jk,bkl,...il->...ab", sig, u, sig, u.conj())', 'rot = torch.einsum("AIJ,...JK,BKL,...IL->...AB", sig, u, sig, u.conj())'),
-], "einsum takes upper-case subscripts as it takes lower-case ones")  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.su2", "commitment_strength", [
     ('return torch.einsum("...im,...ij,...jm->...m", psi.conj(), proj, psi).real', 'return torch.einsum("...IM,...IJ,...JM->...M", psi.conj(), proj, psi).real'),
-], "einsum takes upper-case subscripts as it takes lower-case ones")  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.su2", "adjoint_rotation", [
     ("sig, _ = _pauli_and_identity(u.dtype, u.device)", "sig, _ = _pauli_and_identity(u.dtype, None)"),
-], "device only: on a CPU-only machine (the tests' machine) None is u's device")  # fmt: skip
+], DEVICE_ONLY)  # fmt: skip
 _add("geometry.langevin", "boris_rotation", [
     ("a = (0.5 * t) * P.inverse_metric_factor(z).unsqueeze(-1) * two_form  # A [..., d, d]", "a = (0.5 * t) * P.inverse_metric_factor(z).unsqueeze(-2) * two_form  # A [..., d, d]"),
 ], "inverse_metric_factor is [..., 1]: a unit axis before or after its last unit axis is the same [..., 1, 1]")  # fmt: skip
 _add("geometry.langevin", "boris_rotation", [
     ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], dtype=None, device=p.device)"),
     ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], device=p.device)"),
-], "the identity's 0s and 1s are exact in every dtype, and type promotion gives A's dtype")  # fmt: skip
+], EXACT_IDENTITY)  # fmt: skip
 _add("geometry.langevin", "boris_rotation", [
     ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], dtype=p.dtype, device=None)"),
     ("eye = torch.eye(p.shape[-1], dtype=p.dtype, device=p.device)", "eye = torch.eye(p.shape[-1], dtype=p.dtype, )"),
-], "device only: on a CPU-only machine (the tests' machine) None is p's device")  # fmt: skip
+], DEVICE_ONLY)  # fmt: skip
 _add("geometry.doublet", "apply_in_channels", [
     ("r = u.shape[-1]", "r = u.shape[-2]"),
 ], "u is a square [..., r, r] group element")  # fmt: skip
@@ -113,16 +121,15 @@ _add("geometry.potentials", "inverse_distance_patches", [
     ("coeff = weights * (patches - phi.unsqueeze(-1)) * (2.0 / (d2 + eps) + tension)", "coeff = weights * (patches - phi.unsqueeze(+1)) * (2.0 / (d2 + eps) + tension)"),
     ("scale = e.sum(-1, keepdim=True) + (coeff * t / (1.0 + t)).sum(-1, keepdim=True)  # [B, 1]", "scale = e.sum(+1, keepdim=True) + (coeff * t / (1.0 + t)).sum(-1, keepdim=True)  # [B, 1]"),
     ("scale = e.sum(-1, keepdim=True) + (coeff * t / (1.0 + t)).sum(-1, keepdim=True)  # [B, 1]", "scale = e.sum(-1, keepdim=True) + (coeff * t / (1.0 + t)).sum(+1, keepdim=True)  # [B, 1]"),
-], "mask, logits, weights and patches are [B, C] and phi is [B] (z [B, d]): dim 1 is dim -1, "
-   "and a new last axis of a 1-D tensor is axis 1")  # fmt: skip
+], "mask, logits, weights and patches are [B, C] and phi is [B] (z [B, d]): " + LAST_OF_TWO
+   + ", and " + NEW_LAST_AXIS)  # fmt: skip
 _add("geometry.potentials", "inverse_distance_patches", [
     ("logits = logits.masked_fill(~mask, -torch.inf).masked_fill(~held, 0.0)", "logits = logits.masked_fill(~mask, -torch.inf).masked_fill(~held, 1.0)"),
 ], "only rows without a held entry are filled, wholly, and those rows' weights are multiplied by "
    "the all-False mask")  # fmt: skip
 _add("geometry.potentials", "_dist_over_gyro_norm", [
     ("small = t < 1e-2", "small = t <= 1e-2"),
-], "at t = 1e-2 exactly the series and the quotient agree to the series' truncation (< 2e-9 "
-   "relative); no test can pin which one a single point takes")  # fmt: skip
+], series_switch("t = 1e-2", "< 2e-9 relative"))  # fmt: skip
 _add("geometry.su2", "quaternion_adjoint", [
     ("_, adjoint = _quaternion_tables(q.dtype, q.device)", "_, adjoint = _quaternion_tables(q.dtype, None)"),
 ], DEVICE_ONLY)  # fmt: skip
@@ -134,12 +141,10 @@ _add("geometry.doublet", "_gate_terms", [
 ], DEVICE_ONLY)  # fmt: skip
 _add("geometry.poincare", "logmap0_jacobian", [
     ("small = r2 < 0.05**2", "small = r2 <= 0.05**2"),
-], "at r = 0.05 exactly the series and the exact forms agree to the series' truncation (5e-11 "
-   "relative in g); no test can pin which one a single point takes")  # fmt: skip
+], series_switch("r = 0.05", "5e-11 relative in g"))  # fmt: skip
 _add("geometry.wilson_lines", "_prefix_products", [
     ("while offset < pieces.shape[0]:", "while offset <= pieces.shape[0]:"),
 ], "the extra pass at offset = S multiplies two empty slices: the scan is unchanged")  # fmt: skip
-_EINSUM_CASE = "einsum takes upper-case subscripts as it takes lower-case ones"
 _INT_SHIFTS = "torch infers int64 from Python ints, and uint8 data shifted by int64 is promoted: the same bits"
 _add("geometry.doublet", "_broadcast_products", [
     ("return needs_grad and torch.is_grad_enabled()", "return needs_grad or torch.is_grad_enabled()"),
@@ -152,7 +157,7 @@ _add("geometry.group_exponential", "_factor_elements", [
 ], DEVICE_ONLY)  # fmt: skip
 _add("geometry.group_exponential", "_factor_elements", [
     ('gen = torch.einsum("...a,aij->...ij", (group.g_s * h_c).to(lam.dtype), lam)', 'gen = torch.einsum("...A,AIJ->...IJ", (group.g_s * h_c).to(lam.dtype), lam)'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.group_exponential", "_assemble", [
     ("n = u_c.shape[-1]", "n = u_c.shape[-2]"),
 ], "U_C is a square [..., N, N] matrix")  # fmt: skip
@@ -189,8 +194,7 @@ _add("geometry.quantize", "pack_bits", [
 _add("geometry.quantize", "pack_bits", [
     ("keep = shifts < widths.unsqueeze(-1)  # [m, max_w]: the field's own bits", "keep = shifts < widths.unsqueeze(+1)  # [m, max_w]: the field's own bits"),
     ("return (stream * weights).sum(-1, dtype=torch.int64).to(torch.uint8)", "return (stream * weights).sum(+1, dtype=torch.int64).to(torch.uint8)"),
-], "widths are [m] and the stream [bytes, 8]: a new last axis of a 1-D tensor is axis 1, and "
-   "dim 1 of a 2-D tensor is dim -1")  # fmt: skip
+], "widths are [m] and the stream [bytes, 8]: " + NEW_LAST_AXIS + ", and " + LAST_OF_TWO)  # fmt: skip
 _add("geometry.quantize", "unpack_bits", [
     ("shifts8 = torch.arange(8, dtype=torch.uint8)", "shifts8 = torch.arange(8, dtype=None)"),
     ("shifts8 = torch.arange(8, dtype=torch.uint8)", "shifts8 = torch.arange(8, )"),
@@ -200,11 +204,10 @@ _add("geometry.quantize", "unpack_bits", [
 _add("geometry.quantize", "unpack_bits", [
     ("stream = ((data.unsqueeze(-1) >> shifts8) & 1).reshape(-1)[: n * total]  # [n * total]", "stream = ((data.unsqueeze(+1) >> shifts8) & 1).reshape(-1)[: n * total]  # [n * total]"),
     ("keep = shifts < widths.unsqueeze(-1)  # [m, max_w]", "keep = shifts < widths.unsqueeze(+1)  # [m, max_w]"),
-], "data and widths are 1-D: a new last axis of a 1-D tensor is axis 1")  # fmt: skip
+], "data and widths are 1-D: " + NEW_LAST_AXIS)  # fmt: skip
 _add("geometry.su2", "su2_exp_jacobian_vjp", [
     ("small = t < 1e-2", "small = t <= 1e-2"),
-], "at t = 1e-2 exactly the series and the closed form agree to the series' truncation; no test "
-   "can pin which one a single point takes")  # fmt: skip
+], series_switch("t = 1e-2", "< 1e-15"))  # fmt: skip
 _add("geometry.su2", "su2_exp_jacobian_vjp", [
     ("cross = torch.linalg.cross(theta, e, dim=-1)", "cross = torch.linalg.cross(theta, e, )"),
 ], "dim -1 is linalg.cross's default")  # fmt: skip
@@ -217,7 +220,7 @@ _add("geometry.su2", "chiral_projector", [
 ], DEVICE_ONLY)  # fmt: skip
 _add("geometry.su2", "chiral_projector", [
     ('proj = 0.5 * (eye + torch.einsum("...a,aij->...ij", n_hat.to(sig.dtype), sig))', 'proj = 0.5 * (eye + torch.einsum("...A,AIJ->...IJ", n_hat.to(sig.dtype), sig))'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.su2", "quaternion_product", [
     ("left, _ = _quaternion_tables(q.dtype, q.device)", "left, _ = _quaternion_tables(q.dtype, None)"),
 ], DEVICE_ONLY)  # fmt: skip
@@ -229,10 +232,10 @@ _add("geometry.wilson_lines", "_first_order_line", [
 _add("geometry.wilson_lines", "_first_order_line", [
     ("eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)", "eye = torch.eye(group.dim, dtype=None, device=h.device)"),
     ("eye = torch.eye(group.dim, dtype=h.dtype, device=h.device)", "eye = torch.eye(group.dim, device=h.device)"),
-], "the identity's 0s and 1s are exact in every dtype, and type promotion gives h's dtype")  # fmt: skip
+], EXACT_IDENTITY)  # fmt: skip
 _add("geometry.wilson_lines", "_first_order_line", [
     ('return eye + torch.einsum("...g,gij->...ij", h, gens)', 'return eye + torch.einsum("...G,GIJ->...IJ", h, gens)'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.wilson_lines", "affine_wilson_line_to_origin", [
     ('if mode == "exp":', 'if mode == "XXexpXX":'),
     ('if mode == "exp":', 'if mode == "EXP":'),
@@ -244,13 +247,10 @@ _add("geometry.lie_algebra", "bracket", [
 _add("geometry.lie_algebra", "bracket", [
     ("n = f.shape[0]", "n = f.shape[1]"),
 ], "f is a cube [G, G, G]")  # fmt: skip
-_add("geometry.su2", "quaternion_adjoint", [
-    ("_, adjoint = _quaternion_tables(q.dtype, q.device)", "_, adjoint = _quaternion_tables(q.dtype, None)"),
-], DEVICE_ONLY)  # fmt: skip
 _add("geometry.wilson_lines", "affine_connection_coefficients", [
     ('coeff = c0 + torch.einsum("...n,mng->...mg", x, c1)  # [..., d, G]', 'coeff = c0 + torch.einsum("...N,MNG->...MG", x, c1)  # [..., d, G]'),
     ('return torch.einsum("...mg,...m->...g", coeff, dx)', 'return torch.einsum("...MG,...M->...G", coeff, dx)'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.wilson_lines", "_segment_weights", [
     ("mids = (torch.arange(n, dtype=like.dtype, device=like.device) + 0.5) / n", "mids = (torch.arange(n, dtype=like.dtype, device=None) + 0.5) / n"),
     ("mids = (torch.arange(n, dtype=like.dtype, device=like.device) + 0.5) / n", "mids = (torch.arange(n, dtype=like.dtype, ) + 0.5) / n"),
@@ -268,8 +268,7 @@ _add("geometry.sphere", "normalize", [
    "0 either way); bool + float promotes to the float")  # fmt: skip
 _add("geometry.su2", "su2_quaternion", [
     ("small = t2 < 1e-4", "small = t2 <= 1e-4"),
-], "at t^2 = 1e-4 exactly the series and cos / sin agree to the series' truncation (< 1e-16); "
-   "no test can pin which one a single point takes")  # fmt: skip
+], series_switch("t^2 = 1e-4", "< 1e-16"))  # fmt: skip
 _add("geometry.wilson_lines", "cell_centers", [
     ("idx = torch.floor((z.detach() + 1.0) / width).clamp(0, 2**level - 1)", "idx = torch.floor((z.detach() + 1.0) / width).clamp(None, 2**level - 1)"),
 ], "z lies in [-1, 1]^d (the grid's square), so the cell index is never below 0")  # fmt: skip
@@ -278,8 +277,7 @@ _add("geometry.wilson_lines", "hierarchical_wilson_line_to_origin", [
 ], "path_ordered is wilson_line_to_origin's default (stated here because Def 290 needs it)")  # fmt: skip
 _add("geometry.poincare", "logmap0", [
     ("small = r2 < 1e-6", "small = r2 <= 1e-6"),
-], "at r^2 = 1e-6 exactly the series and artanh(r) / r agree to the series' truncation "
-   "(< 1e-19); no test can pin which one a single point takes")  # fmt: skip
+], series_switch("r^2 = 1e-6", "< 1e-19"))  # fmt: skip
 _add("geometry.gauge_transforms", "random_gauge_field", [
     ("return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)", "return torch.randn(*shape, generator=generator, dtype=None).to(dtype)"),
     ("return torch.randn(*shape, generator=generator, dtype=torch.float64).to(dtype)", "return torch.randn(*shape, generator=generator, ).to(dtype)"),
@@ -287,16 +285,16 @@ _add("geometry.gauge_transforms", "random_gauge_field", [
    "tests check); which normal numbers it draws changes no property of a random field")  # fmt: skip
 _add("geometry.gauge_transforms", "random_gauge_field", [
     ('x = torch.einsum("jg,gkl->jkl", mix, generators)', 'x = torch.einsum("JG,GKL->JKL", mix, generators)'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.gauge_transforms", "random_gauge_field", [
     ("x = x / x.flatten(1).norm(dim=-1).clamp_min(1e-12)[:, None, None]", "x = x / x.flatten(1).norm(dim=+1).clamp_min(1e-12)[:, None, None]"),
-], "x.flatten(1) is [J, k^2]: dim 1 of a 2-D tensor is dim -1")  # fmt: skip
+], "x.flatten(1) is [J, k^2]: " + LAST_OF_TWO)  # fmt: skip
 _add("geometry.gauge_transforms", "_phi_and_dphi", [
     ('arg = torch.einsum("...d,jd->...j", z, field.w) + field.c  # [..., J]', 'arg = torch.einsum("...D,JD->...J", z, field.w) + field.c  # [..., J]'),
     ('phi = torch.einsum("...d,jd->...j", z, field.a) + field.b * torch.sin(arg)  # [..., J]', 'phi = torch.einsum("...D,JD->...J", z, field.a) + field.b * torch.sin(arg)  # [..., J]'),
     ('dphi = torch.einsum("...d,jd->...j", dz, field.a) + field.b * torch.cos(arg) * torch.einsum(', 'dphi = torch.einsum("...D,JD->...J", dz, field.a) + field.b * torch.cos(arg) * torch.einsum('),
     ('"...d,jd->...j", dz, field.w', '"...D,JD->...J", dz, field.w'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.gauge_transforms", "gauge_omega_derivative", [
     ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=None).expand_as(facs[..., 0, :, :])"),
     ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, ).expand_as(facs[..., 0, :, :])"),
@@ -325,11 +323,10 @@ _add("geometry.wilson_lines", "wilson_line", [
 _add("geometry.wilson_lines", "wilson_line", [
     ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-2], dtype=h.dtype, device=h.device) + h"),
     ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], device=h.device) + h"),
-], "h is a square [..., k, k] matrix; the identity's 0s and 1s are exact in every dtype and "
-   "type promotion gives h's dtype")  # fmt: skip
+], "h is a square [..., k, k] matrix; " + EXACT_IDENTITY)  # fmt: skip
 _add("geometry.wilson_lines", "wilson_line", [
     ("return torch.eye(h.shape[-1], dtype=h.dtype, device=h.device) + h", "return torch.eye(h.shape[-1], dtype=None, device=h.device) + h"),
-], "the identity's 0s and 1s are exact in every dtype, and type promotion gives h's dtype")  # fmt: skip
+], EXACT_IDENTITY)  # fmt: skip
 _add("geometry.lie_algebra", "GaugeGeneratorsǁstacked", [
     ("return torch.cat([g_s * self.binding, g_2 * self.error, g_1 * self.opportunity], dim=0)", "return torch.cat([g_s * self.binding, g_2 * self.error, g_1 * self.opportunity], )"),
 ], "dim 0 is cat's default")  # fmt: skip
@@ -345,7 +342,7 @@ _add("geometry.wilson_lines", "affine_connection", [
     ('coeff = c0 + torch.einsum("...n,mng->...mg", x, c1)  # [..., d, G]', 'coeff = c0 + torch.einsum("...N,MNG->...MG", x, c1)  # [..., d, G]'),
     ('along = torch.einsum("...mg,...m->...g", coeff, dx)  # [..., G]', 'along = torch.einsum("...MG,...M->...G", coeff, dx)  # [..., G]'),
     ('return torch.einsum("...g,gij->...ij", along, generators)  # [..., k, k]', 'return torch.einsum("...G,GIJ->...IJ", along, generators)  # [..., k, k]'),
-], _EINSUM_CASE)  # fmt: skip
+], EINSUM_CASE)  # fmt: skip
 _add("geometry.lie_algebra", "gell_mann", [
     ("s = torch.zeros(n, n, dtype=dtype)", "s = torch.zeros(n, n, dtype=None)"),
     ("s = torch.zeros(n, n, dtype=dtype)", "s = torch.zeros(n, n, )"),

@@ -1,13 +1,18 @@
 """Equivalent surviving mutants of world_model/memory/ (see this package's __init__.py)."""
 
-from benchmarks.mutation_equivalent._table import CPU_DEFAULT_DTYPE, DEVICE_ONLY, Table
+from benchmarks.mutation_equivalent._table import (
+    CPU_DEFAULT_DTYPE,
+    DEVICE_ONLY,
+    LAST_OF_TWO,
+    NEW_LAST_AXIS,
+    Table,
+)
 
 _table = Table()
 EQUIVALENT = _table.entries
 _add = _table.add
 
 _M = "world_model.memory."
-_LAST_OF_TWO = "the tensor is 2-D by the function's shapes: dim 1 is dim -1"
 _STRICT = "both sides of the zip are slices of one list that differ by one element at each end"
 _SORT_CPU = (
     "torch.sort is stable on the CPU whatever the flag (the tests' machine); the flag matters "
@@ -17,7 +22,7 @@ _SORT_CPU = (
 _add(_M + "episodic", "EpisodicMemoryǁscreened_mass", [
     ("passed = (kernel * torch.exp(-0.5 * tension * d2)).sum(-1)", "passed = (kernel * torch.exp(-0.5 * tension * d2)).sum(+1)"),
     ("return passed / kernel.sum(-1).clamp_min(torch.finfo(z.dtype).tiny)", "return passed / kernel.sum(+1).clamp_min(torch.finfo(z.dtype).tiny)"),
-], "kernel and d2 are [B, C] (z [B, d] against the bank): " + _LAST_OF_TWO)  # fmt: skip
+], "kernel and d2 are [B, C] (z [B, d] against the bank): " + LAST_OF_TWO)  # fmt: skip
 _add(_M + "gsr", "selected_weights", [
     ("return torch.nan_to_num(w, nan=0.0)  # all -inf (empty pool): -inf - -inf", "return torch.nan_to_num(w, nan=None)  # all -inf (empty pool): -inf - -inf"),
     ("return torch.nan_to_num(w, nan=0.0)  # all -inf (empty pool): -inf - -inf", "return torch.nan_to_num(w, )  # all -inf (empty pool): -inf - -inf"),
@@ -38,7 +43,7 @@ _add(_M + "gsr", "routing_error_report", [
 ], "dim -1 is topk's default")  # fmt: skip
 _add(_M + "gsr", "routing_error_report", [
     ("norms = values.norm(dim=-1)  # [P]", "norms = values.norm(dim=+1)  # [P]"),
-], "values are [P, dv]: " + _LAST_OF_TWO)  # fmt: skip
+], "values are [P, dv]: " + LAST_OF_TWO)  # fmt: skip
 _add(_M + "hcc", "CompressedKeysǁwidths", [
     ("return torch.tensor([cfg.bits_dir] * d + [cfg.bits_radius], dtype=torch.int64)", "return torch.tensor([cfg.bits_dir] * d + [cfg.bits_radius], dtype=None)"),
     ("return torch.tensor([cfg.bits_dir] * d + [cfg.bits_radius], dtype=torch.int64)", "return torch.tensor([cfg.bits_dir] * d + [cfg.bits_radius], )"),
@@ -49,12 +54,12 @@ _add(_M + "hcc", "compress", [
 ], CPU_DEFAULT_DTYPE)  # fmt: skip
 _add(_M + "hcc", "CompressedKeysǁdecompress", [
     ("return (r_hat.unsqueeze(-1) * u_hat).reshape(self.shape)", "return (r_hat.unsqueeze(+1) * u_hat).reshape(self.shape)"),
-], "r_hat is [count]: a new last axis of a 1-D tensor is axis 1")  # fmt: skip
+], "r_hat is [count]: " + NEW_LAST_AXIS)  # fmt: skip
 _add(_M + "hcc", "compress", [
     ("quantize.quantize_radius(flat_r, bits_radius).unsqueeze(-1),  # [count, 1]", "quantize.quantize_radius(flat_r, bits_radius).unsqueeze(+1),  # [count, 1]"),
     ("dim=-1,", "dim=+1,"),
-], "the radius codes are [count] and the concatenated codes [count, d + 1]: a new last axis "
-   "of a 1-D tensor is axis 1, and " + _LAST_OF_TWO)  # fmt: skip
+], "the radius codes are [count] and the concatenated codes [count, d + 1]: " + NEW_LAST_AXIS
+   + ", and " + LAST_OF_TWO)  # fmt: skip
 _add(_M + "routed_prototypes", "RoutedPoolConfigǁ__post_init__", [
     ('if not (isinstance(v, (int, float)) and 0 < v < float("inf")):', 'if not (isinstance(v, (int, float)) and 0 < v < float("INF")):'),
 ], 'float() reads "INF" as it reads "inf"')  # fmt: skip
@@ -66,7 +71,7 @@ _add(_M + "routed_prototypes", "RoutedPoolConfigǁdmg", [
    "rule does not depend on that default)")  # fmt: skip
 _add(_M + "routed_prototypes", "Selectionǁlog_mass", [
     ("k = self.index.shape[-1]", "k = self.index.shape[+1]"),
-], "the selection's index is [B, K]: " + _LAST_OF_TWO)  # fmt: skip
+], "the selection's index is [B, K]: " + LAST_OF_TWO)  # fmt: skip
 _add(_M + "routed_prototypes", "Selectionǁ_on_rows", [
     ("out = values.new_zeros(self.index.shape[0], rows + 1)", "out = values.new_zeros(self.index.shape[0], rows + 2)"),
 ], "invalid slots write into column `rows`, and every column from `rows` on is dropped")  # fmt: skip
@@ -76,10 +81,10 @@ _add(_M + "routed_prototypes", "RoutedPrototypePoolǁ__init__", [
    "enters no buffer")  # fmt: skip
 _add(_M + "routed_prototypes", "RoutedPrototypePoolǁ_bank", [
     ("feats = self.pool.values.unflatten(-1, (4, f))  # [C, 4, F]", "feats = self.pool.values.unflatten(+1, (4, f))  # [C, 4, F]"),
-], "the pool's values are [C, 4F]: " + _LAST_OF_TWO)  # fmt: skip
+], "the pool's values are [C, 4F]: " + LAST_OF_TWO)  # fmt: skip
 _add(_M + "routed_prototypes", "RoutedPrototypePoolǁ_nearest", [
     ("return logits.argmax(-1)", "return logits.argmax(+1)"),
-], "the logits are [B, C]: " + _LAST_OF_TWO)  # fmt: skip
+], "the logits are [B, C]: " + LAST_OF_TWO)  # fmt: skip
 _add(_M + "routing", "_softmax_rows", [
     ("return torch.softmax(logits.masked_fill(~finite, 0.0), dim=-1) * finite", "return torch.softmax(logits.masked_fill(~finite, 1.0), dim=-1) * finite"),
 ], "only rows without a finite logit are filled, wholly, and those rows are multiplied by 0")  # fmt: skip
@@ -147,7 +152,7 @@ _add(_M + "gsr_distributed", "moe_dispatch", [
     ('log.add("all_to_all", (sum(recv) - recv[rank]) * values.shape[-1] * values.element_size())', 'log.add("all_to_all", (sum(recv) - recv[rank]) * values.shape[+1] * values.element_size())'),
     ("rows = values.new_zeros(nq * k, values.shape[-1])", "rows = values.new_zeros(nq * k, values.shape[+1])"),
 ], "nonzero's output, the counts' view, the tokens [Nq K, m] and the values [P_r, dv] are 2-D: "
-   + _LAST_OF_TWO)  # fmt: skip
+   + LAST_OF_TWO)  # fmt: skip
 _add(_M + "gsr_distributed", "moe_dispatch", [
     ("order = pairs[torch.sort(flat[pairs], stable=True).indices]  # grouped by owner, then row", f"order = pairs[torch.sort(flat[pairs], {after}).indices]  # grouped by owner, then row")
     for after in ("stable=None", "", "stable=False")
