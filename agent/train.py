@@ -65,7 +65,7 @@ def _start(
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(world_model_of(argv)).parse_args(argv)
-    prog, dist = PROG, None
+    prog, dist, finished = PROG, None, False
     try:
         dist = init_from_env(run_device(args))
         if dist is not None and not dist.is_main:
@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         status = trainer.run(trainer.agent.config.train.steps)
         elapsed = time.perf_counter() - start
         trainer.close()
+        finished = True
     except (ConfigError, EnvError, CheckpointError) as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: interrupted twice: the last checkpoint is intact", file=sys.stderr)
         return 130
     finally:
-        close_process_group()
+        close_process_group(together=finished)
     if dist is not None and not dist.is_main:  # rank 0 reports the run
         return 130 if status == "interrupted" else 0
     agent = trainer.agent

@@ -167,10 +167,18 @@ def init_from_env(device: str) -> DistContext | None:
     return DistContext(rank=rank, world_size=world)
 
 
-def close_process_group() -> None:
-    """Leave the process group, if this process joined one."""
+def close_process_group(together: bool = False) -> None:
+    """Leave the process group, if this process joined one. `together` (a normal exit, every
+    rank on its way out): wait for every rank first, so that none tears its gloo connections
+    down while another still holds them; two CI runs saw a rank abort in that teardown
+    ("terminate called without an active exception") without the wait, never reproduced here.
+    After an error a rank leaves at once (torchrun stops the others)."""
     if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            if together:
+                dist.barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def run_local_ranks(fn: Callable, world: int, args: tuple = ()) -> list[Any]:
@@ -190,13 +198,12 @@ def _local_rank(rank: int, world: int, port: int, fn: Callable, args: tuple, out
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
+    finished = False
     try:
         torch.save(fn(rank, *args), Path(out) / f"rank{rank}.pt")
-        # Leave together: one CI run saw rank 0 abort in gloo's teardown ("terminate called
-        # without an active exception") while rank 1 was still alive; not reproduced in 90 runs.
-        dist.barrier()
+        finished = True
     finally:
-        dist.destroy_process_group()
+        close_process_group(together=finished)
 
 
 def rank_device(device: str) -> str:
