@@ -839,7 +839,7 @@ def test_queries_banks_and_heads_refuse_what_does_not_fit():
     prepared = krr_head.prepare(bank)
     with pytest.raises(ValueError, match="KRR banks must be prepared joined"):
         PreparedContext.cat([prepared, prepared])
-    with pytest.raises(ValueError, match="prepare a joined or KRR bank"):
+    with pytest.raises(ValueError, match="^PreparedContext.within: prepare a joined or KRR bank"):
         prepared.within(bank.valid_mask())
     joined = PreparedContext.cat([head.prepare(bank), head.prepare(bank)])
     with pytest.raises(ValueError, match="prepare a joined or KRR bank"):
@@ -875,6 +875,28 @@ def test_within_and_masses_restrict_and_weight_the_softmax():
     torch.testing.assert_close(out_p, out_b, rtol=1e-12, atol=1e-14)
     shared = make_bank(b=1, mask=False)
     assert torch.equal(shared.within(keep).mask, keep)  # a bank without mask: keep itself
+    assert torch.equal(head.prepare(make_bank(mask=False)).within(keep).mask, keep)
+
+
+def test_bank_take_and_at_level_against_per_row_indexing():
+    """ContextBank.take(index, valid): row b holds its own bank's entries index[b] (a loop over
+    rows; a shared B = 1 bank gives every row the same table), masked by valid & the bank's
+    mask; at_level puts every entry at one integer level and keeps the given mask."""
+    bank = make_bank(b=3, n=7)
+    index = torch.tensor([[6, 0], [2, 2], [5, 1]])  # B = 3, K = 2 (K != B)
+    valid = torch.tensor([[True, False], [True, True], [False, True]])
+    got = bank.take(index, valid)
+    for b in range(3):
+        for name in ("positions", "key_features", "value_features", "levels"):
+            assert torch.equal(getattr(got, name)[b], getattr(bank, name)[b][index[b]])
+        assert torch.equal(got.mask[b], valid[b] & bank.mask[b][index[b]])
+    shared = make_bank(b=1, n=7, mask=False)
+    got = shared.take(index, valid)
+    assert torch.equal(got.positions, shared.positions[0][index]) and torch.equal(got.mask, valid)
+    mask = torch.tensor([[True, False, True]])
+    level = ContextBank.at_level(*(t[:1, :3] for t in _bank_tensors(bank)), level=2, mask=mask)
+    assert level.levels.dtype == torch.long and level.levels.tolist() == [[2, 2, 2]]
+    assert level.mask is mask
 
 
 @pytest.mark.parametrize("shared", [True, False])

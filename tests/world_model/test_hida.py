@@ -407,16 +407,18 @@ def test_call_shape_and_weights_are_the_linear_map(name):
 def test_configs_and_inputs_get_one_clear_error():
     q, k, v = data(3, 5)
     cases = [
-        (lambda: DenseHIDAConfig(eps=0), "eps must be"),
+        (lambda: DenseHIDAConfig(eps=0), "^eps must be"),
         (lambda: DenseHIDAConfig(metric="klein"), "^DenseHIDAConfig.metric must be one of"),
-        (lambda: DenseHIDAConfig(query_chunk=0), "query_chunk must be"),
+        (lambda: DenseHIDAConfig(query_chunk=0), "^query_chunk must be an integer >= 1, got 0$"),
         (lambda: FPHIDAConfig(window=-1), "window must be"),
         (lambda: FPHIDAConfig(n_global=0), "n_global must be"),
         (lambda: FPHIDAConfig(query_time="later"), "query_time must be"),
-        (lambda: LHIDAConfig(n_anchors=0), "n_anchors must be"),
+        (lambda: LHIDAConfig(n_anchors=0), "^n_anchors must be an integer >= 1, got 0$"),
+        (lambda: LHIDAConfig(dim=0), "^dim must be an integer >= 1, got 0$"),
+        (lambda: LHIDAConfig(chunk=0), "^chunk must be an integer >= 1, got 0$"),
         (lambda: LHIDAConfig(init_radius=1.0), "init_radius must lie"),
         (lambda: CHIDAConfig(max_norm=1.0), "max_norm must lie"),
-        (lambda: CHIDAConfig(ingest_chunk=0), "ingest_chunk must be"),
+        (lambda: CHIDAConfig(ingest_chunk=0), "^ingest_chunk must be"),
         (lambda: LHIDA(LHIDAConfig(dim=4))(q, k, v), "keys must have dim 4"),
         (lambda: LHIDA(LHIDAConfig(n_anchors=9, dim=3)).init_anchors_from_keys(k), "at least"),
         (lambda: CHIDA(CHIDAConfig(key_dim=3, value_dim=2)).ingest(k[0], v), "keys must have"),
@@ -529,3 +531,180 @@ def test_c_hida_reset_empties_the_persistent_state():
     op.reset()
     assert (op.centers == 0).all() and (op.value_means == 0).all() and (op.counts == 0).all()
     assert op.ingest(k[:2], v[:2]).tolist() == [0, 1]  # slots open from 0 again
+
+
+# =========================================================================== mutation-found edges
+
+
+@pytest.mark.parametrize("name", ["dense", "fp", "l", "c"])
+def test_no_queries_give_empty_outputs(name):
+    """Nq = 0: out [0, dv] and weights [0, Nk] (no chunk to join), with and without weights."""
+    q, k, v = data(0, 7, seed=30)
+    op = _operators(3, 2, 0.05)[name].double()
+    out, w = op(q, k, v)
+    assert out.shape == (0, 2) and w.shape == (0, 7)
+    out, none = op(q, k, v, need_weights=False)
+    assert out.shape == (0, 2) and none is None
+
+
+@pytest.mark.parametrize("name", ["dense", "fp", "l"])
+def test_two_query_chunks_over_a_batch_equal_one_chunk(name):
+    """Exactly two query chunks over batched queries [2, 6, d] (keys and values broadcast): the
+    joined chunks equal the one-chunk call, weights included."""
+    q, k, v = data(12, 9, seed=31)
+    q = q.reshape(2, 6, 3)
+    mask = torch.rand(9, generator=torch.Generator().manual_seed(32)) > 0.3
+    mask[0] = True
+    one, two = {
+        "dense": lambda: [DenseHIDA(DenseHIDAConfig(eps=0.05, query_chunk=c)) for c in (None, 3)],
+        "fp": lambda: [FPHIDA(FPHIDAConfig(eps=0.05, window=9, query_chunk=c)) for c in (6, 3)],
+        "l": lambda: _two_l_hida_chunks(),
+    }[name]()
+    for m in (None, mask):
+        out1, w1 = one(q, k, v, m)
+        out2, w2 = two(q, k, v, m)
+        assert out2.shape == (2, 6, 2) and w2.shape == (2, 6, 9)
+        torch.testing.assert_close(out2, out1, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(w2, w1, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(two(q, k, v, m, need_weights=False)[0], out1)
+
+
+def _two_l_hida_chunks():
+    one = LHIDA(LHIDAConfig(n_anchors=4, dim=3, eps=0.05)).double()
+    two = LHIDA(LHIDAConfig(n_anchors=4, dim=3, eps=0.05, chunk=3)).double()
+    two.load_state_dict(one.state_dict())
+    return one, two
+
+
+def test_l_hida_chunk_setting_sets_the_key_pieces(monkeypatch):
+    """LHIDAConfig.chunk bounds the [chunk, m] intermediates: 10 keys with chunk 4 are
+    summarised in three pieces (4 + 4 + 2 keys), with the default in one."""
+    from world_model.attention import hida_anchor
+
+    seen = []
+    original = hida_anchor.anchor_memberships
+    monkeypatch.setattr(
+        hida_anchor, "anchor_memberships", lambda k, *a: seen.append(k.shape[-2]) or original(k, *a)
+    )
+    q, k, v = data(3, 10, seed=33)
+    LHIDA(LHIDAConfig(n_anchors=2, dim=3, chunk=4)).double()(q, k, v, need_weights=False)
+    assert seen == [4, 4, 2]
+    seen.clear()
+    LHIDA(LHIDAConfig(n_anchors=2, dim=3)).double()(q, k, v, need_weights=False)
+    assert seen == [10]
+
+
+def test_l_hida_anchors_start_as_capped_exp0_of_half_gaussians_on_the_unit_ball():
+    """The anchors' start: proj_r(exp_0(0.5 xi)), xi ~ N(0, I) from torch's global generator,
+    r = init_radius; a geoopt ManifoldParameter on the ball of curvature -1."""
+    torch.manual_seed(5)
+    op = LHIDA(LHIDAConfig(n_anchors=7, dim=3, init_radius=0.9))
+    torch.manual_seed(5)
+    xi = torch.randn(7, 3)
+    start = BALL.expmap0(0.5 * xi)
+    norm = start.norm(dim=-1, keepdim=True)
+    want = torch.where(norm > 0.9, start * 0.9 / norm, start)
+    torch.testing.assert_close(op.anchors.detach(), want, rtol=1e-5, atol=1e-6)
+    assert isinstance(op.anchors.manifold, geoopt.PoincareBall)
+    assert float(op.anchors.manifold.c) == 1.0
+
+
+def test_l_hida_casts_its_anchors_to_the_queries_dtype():
+    """A float32 module on float64 inputs computes in float64 with its anchors cast, and a
+    float64 module on float32 inputs in float32 (the inputs' dtype, not the anchors')."""
+    q, k, v = data(4, 8, seed=34)
+    op = LHIDA(LHIDAConfig(n_anchors=3, dim=3, eps=0.05))
+    out, w = op(q, k, v)
+    ref_out, ref_w = l_hida_attention(q, k, v, op.anchors.detach().double(), 0.05)
+    assert out.dtype == F64
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-14)
+    op.double().init_anchors_from_keys(k[:3] / 3)  # anchors float32 cannot hold exactly
+    q, k, v = q.float(), k.float(), v.float()
+    out32, _ = op(q, k, v)  # exactly the float32 computation
+    want, _ = l_hida_attention(q, k, v, op.anchors.detach().float(), 0.05)
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32, want, rtol=0, atol=0)
+
+
+def test_each_operator_refuses_a_mask_that_is_not_bool_or_does_not_broadcast():
+    q, k, v = data(3, 5)
+    for op in _operators(3, 2, 0.05).values():
+        op = op.double()
+        with pytest.raises(ValueError, match="^mask must be a bool tensor"):
+            op(q, k, v, torch.ones(3, 5))
+        with pytest.raises(ValueError, match=r"^mask of shape \(4, 5\) does not broadcast"):
+            op(q, k, v, torch.ones(4, 5, dtype=torch.bool))
+    for op, label in (
+        (_operators(3, 2, 0.05)["l"], "L-HIDA"),
+        (_operators(3, 2, 0.05)["c"], "C-HIDA"),
+    ):
+        with pytest.raises(ValueError, match=f"^{label} summarises the keys once for all queries"):
+            op.double()(q, k, v, torch.ones(3, 5, dtype=torch.bool))
+
+
+def test_c_hida_read_takes_batched_float32_queries_on_a_float64_state():
+    """read: queries [B, Nq, d] with Nq != key_dim, cast to the state's dtype: each batch row
+    reads as the float64 queries alone; a query outside the ball is named in the error."""
+    op = CHIDA(CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1)).double()
+    _, k, v = data(1, 9, seed=35)
+    op.ingest(k, v)
+    q = ball_points(10, 3, 0.9, dtype=F64, seed=36).reshape(2, 5, 3)
+    out, pi = op.read(q.float())
+    assert out.dtype == F64 and out.shape == (2, 5, 2) and pi.shape == (2, 5, 3)
+    for b in range(2):
+        torch.testing.assert_close(out[b], op.read(q[b].float().double())[0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="^queries must lie in the Poincare ball"):
+        op.read(2 * q)
+
+
+@pytest.mark.parametrize("batched", ["queries", "keys", "values"])
+def test_c_hida_broadcasts_a_batch_that_one_input_carries(batched):
+    """A batch dim on one of queries (with a key mask of that batch), keys or values: row b
+    equals the unbatched call on row b's inputs."""
+    q, k, v = data(4, 7, seed=37)
+    inputs = {"queries": q, "keys": k, "values": v}
+    g = torch.Generator().manual_seed(38)
+    other = {
+        "queries": 0.5 * q.flip(0),
+        "keys": 0.5 * k.flip(0),
+        "values": torch.randn(7, 2, generator=g, dtype=F64),
+    }
+    inputs[batched] = torch.stack([inputs[batched], other[batched]])
+    mask = None
+    if batched == "queries":
+        mask = torch.rand(2, 1, 7, generator=g) > 0.3
+        mask[..., 0] = True
+    op = CHIDA(CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1, ingest_chunk=2)).double()
+    out, w = op(inputs["queries"], inputs["keys"], inputs["values"], mask)
+    for b in range(2):
+        row = {n: t[b] if n == batched else t for n, t in inputs.items()}
+        ref, ref_w = op(
+            row["queries"], row["keys"], row["values"], None if mask is None else mask[b]
+        )
+        torch.testing.assert_close(out[b], ref, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(w[b], ref_w, rtol=1e-12, atol=1e-14)
+
+
+def test_c_hida_forward_projects_its_summaries_to_max_norm_as_ingest_does():
+    """With max_norm = 0.3 below the keys' norms, forward's readout equals ingest-then-read's
+    (both project the summaries to |s| <= 0.3), and the stored centers obey the bound."""
+    q, k, v = data(4, 12, seed=39, max_norm=0.95)
+    cfg = CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1, max_norm=0.3, ingest_chunk=4)
+    op = CHIDA(cfg).double()
+    out, _ = op(q, k, v)
+    for s in range(0, 12, 4):
+        op.ingest(k[s : s + 4], v[s : s + 4])
+    assert float(op.centers.norm(dim=-1).max()) <= 0.3 + 1e-12
+    torch.testing.assert_close(out, op.read(q)[0], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("form", ida.FORMS)
+def test_dense_computes_distances_in_its_configured_form(form):
+    """DenseHIDAConfig.form reaches the distance computation: in float32 (where the forms round
+    differently) Dense gives exactly the function's output with the same form."""
+    q, k, v = data(10, 17, seed=40, dtype=torch.float32)
+    want = ida.inverse_distance_attention(q, k, v, 1e-3, "poincare", form=form)
+    got = DenseHIDA(DenseHIDAConfig(eps=1e-3, form=form, query_chunk=4))(q, k, v)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -25,7 +25,13 @@ from torch import Tensor, nn
 
 from geometry import poincare
 
-from .hida_common import _check_positive_int, _key_mask, check_operator_inputs
+from .hida_common import (
+    _check_positive_int,
+    _key_mask,
+    cat_rows,
+    check_operator_inputs,
+    query_chunks,
+)
 from .ida import (
     _check_eps,
     inverse_distance_attention,
@@ -86,21 +92,21 @@ def l_hida_attention(
     weights [..., Nq, Nk] = sum_k pi_jk A_ik / n_k (rows sum to 1)."""
     means, masses = l_hida_summaries(keys, values, anchors, eps, key_mask, chunk=chunk)
     outs, pis = [], []
-    for start in range(0, queries.shape[-2], chunk):
+    for rows in query_chunks(queries.shape[-2], chunk):
         out, pi = inverse_distance_attention(
-            queries[..., start : start + chunk, :], anchors, means, eps, "poincare",
+            queries[..., rows, :], anchors, means, eps, "poincare",
             key_mass=masses, check_inputs=False,
         )  # fmt: skip  # [..., c, dv], [..., c, m]
         outs.append(out)
         pis.append(pi)
-    out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
+    out = cat_rows(outs)
     if not need_weights:
         return out, None
     memberships = anchor_memberships(keys, anchors, eps)  # [..., Nk, m]
     if key_mask is not None:
         memberships = memberships * key_mask.unsqueeze(-1)
     per_key = memberships / masses.clamp_min(torch.finfo(masses.dtype).tiny).unsqueeze(-2)
-    pi = torch.cat(pis, dim=-2) if len(pis) > 1 else pis[0]
+    pi = cat_rows(pis)
     return out, pi @ per_key.transpose(-1, -2)
 
 

@@ -1,5 +1,5 @@
-"""Validation shared by the HIDA operators (world_model/attention/hida.py): config checks and
-the reduction of a mask to a key mask for the operators that summarise the keys (L, C)."""
+"""What the HIDA operators (world_model/attention/hida.py) share: config checks, the reduction
+of a mask to a key mask for the operators that summarise the keys (L, C), query chunks."""
 
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ def check_operator_inputs(
     check_attention_inputs(queries, keys, values, mask)
     check_points(queries, metric, "queries")
     check_points(keys, metric, "keys")
+
+
+def query_chunks(n_q: int, chunk: int) -> list[slice]:
+    """Row slices of at most `chunk` queries covering 0..n_q; one empty slice for no queries
+    (so an operator returns [..., 0, dv] rather than joining no chunks)."""
+    return [slice(start, start + chunk) for start in range(0, n_q, chunk)] or [slice(0, 0)]
+
+
+def cat_rows(parts: list[Tensor]) -> Tensor:
+    """Chunks of query rows joined along the query axis (-2); one chunk as it is (no copy)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)
 
 
 def _check_positive_int(name: str, value, allow_none: bool = False) -> None:

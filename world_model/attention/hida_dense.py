@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
 from world_model.options import check_choices
 
-from .hida_common import _check_positive_int, check_operator_inputs
+from .hida_common import _check_positive_int, cat_rows, check_operator_inputs, query_chunks
 from .ida import (
     Form,
     Metric,
@@ -79,10 +78,8 @@ class DenseHIDA(nn.Module):
             if out is not None:
                 return out, None
         n_q = queries.shape[-2]
-        chunk = cfg.query_chunk or max(n_q, 1)
         outs, weights = [], []
-        for start in range(0, n_q, chunk):
-            rows = slice(start, start + chunk)
+        for rows in query_chunks(n_q, cfg.query_chunk or max(n_q, 1)):
             m = None
             if mask is not None:
                 m = mask if mask.dim() < 2 or mask.shape[-2] == 1 else mask[..., rows, :]
@@ -93,7 +90,4 @@ class DenseHIDA(nn.Module):
             outs.append(out)
             if need_weights:
                 weights.append(w)
-        out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
-        if not need_weights:
-            return out, None
-        return out, (torch.cat(weights, dim=-2) if len(weights) > 1 else weights[0])
+        return cat_rows(outs), (cat_rows(weights) if need_weights else None)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from world_model.options import check_choices
 
-from .hida_common import _check_positive_int, check_operator_inputs
+from .hida_common import _check_positive_int, cat_rows, check_operator_inputs, query_chunks
 from .ida import (
     Metric,
     _check_eps,
@@ -96,8 +96,7 @@ def fp_attention(
     weights = None
     if need_weights:
         weights = queries.new_zeros(*batch, n_q, n_k)
-    for start in range(0, n_q, query_chunk):
-        rows = slice(start, start + query_chunk)
+    for rows in query_chunks(n_q, query_chunk):
         idx, valid = fp_index_set(query_positions[rows], n_k, window, n_global, causal)
         kg = keys[..., idx, :]  # [..., c, S, d]
         vg = values[..., idx, :]  # [..., c, S, dv]
@@ -112,8 +111,7 @@ def fp_attention(
         if need_weights:
             w = w.expand(*batch, *w.shape[-2:])
             weights[..., rows, :].scatter_add_(-1, idx.expand(*batch, *idx.shape), w)
-    out = torch.cat(outs, dim=-2) if len(outs) > 1 else outs[0]
-    return out, weights
+    return cat_rows(outs), weights
 
 
 @dataclass
