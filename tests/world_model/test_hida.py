@@ -418,6 +418,9 @@ def test_configs_and_inputs_get_one_clear_error():
         (lambda: LHIDAConfig(chunk=0), "^chunk must be an integer >= 1, got 0$"),
         (lambda: LHIDAConfig(init_radius=1.0), "init_radius must lie"),
         (lambda: CHIDAConfig(max_norm=1.0), "max_norm must lie"),
+        (lambda: CHIDAConfig(n_summaries=0), "^n_summaries must be an integer >= 1, got 0$"),
+        (lambda: CHIDAConfig(key_dim=0), "^key_dim must be an integer >= 1, got 0$"),
+        (lambda: CHIDAConfig(value_dim=0), "^value_dim must be an integer >= 1, got 0$"),
         (lambda: CHIDAConfig(ingest_chunk=0), "^ingest_chunk must be"),
         (lambda: LHIDA(LHIDAConfig(dim=4))(q, k, v), "keys must have dim 4"),
         (lambda: LHIDA(LHIDAConfig(n_anchors=9, dim=3)).init_anchors_from_keys(k), "at least"),
@@ -708,3 +711,22 @@ def test_dense_computes_distances_in_its_configured_form(form):
     got = DenseHIDA(DenseHIDAConfig(eps=1e-3, form=form, query_chunk=4))(q, k, v)
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_summarising_operators_take_key_masks_that_carry_a_batch_the_keys_lack():
+    """L and C with queries [2, 2, d], keys [Nk, d] and a key mask [2, 1, Nk]: row b equals the
+    call on row b; two queries with a per-query mask [2, Nk] are refused with the advice."""
+    q, k, v = data(4, 8, seed=41)
+    q = q.reshape(2, 2, 3)
+    keep = torch.rand(2, 1, 8, generator=torch.Generator().manual_seed(42)) > 0.3
+    keep[..., :2] = True
+    for name in ("l", "c"):
+        op = _operators(3, 2, 0.1)[name].double()
+        out, w = op(q, k, v, keep)
+        assert out.shape == (2, 2, 2) and w.shape == (2, 2, 8)
+        for b in range(2):
+            ref, ref_w = op(q[b], k, v, keep[b])
+            torch.testing.assert_close(out[b], ref, rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(w[b], ref_w, rtol=1e-12, atol=1e-14)
+        with pytest.raises(ValueError, match="use DenseHIDA or FPHIDA for per-query masks$"):
+            op(q[0], k, v, keep[:, 0])  # [2, 8] over two queries: a per-query mask

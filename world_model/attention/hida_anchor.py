@@ -180,7 +180,7 @@ class LHIDA(nn.Module):
             check_operator_inputs(queries, keys, values, mask, "poincare")
             if keys.shape[-1] != cfg.dim:
                 raise ValueError(f"keys must have dim {cfg.dim}, got {tuple(keys.shape)}")
-        key_mask = _key_mask(mask, queries, keys, "L-HIDA")
+        key_mask = _key_mask(mask, queries, "L-HIDA")
         anchors = self.anchors.to(queries.dtype)
         return l_hida_attention(
             queries, keys, values, anchors, cfg.eps, key_mask, need_weights=need_weights,

@@ -41,7 +41,7 @@ def _check_max_norm(max_norm: float) -> None:
         raise ValueError(f"max_norm must lie in (0, 1), got {max_norm!r}")
 
 
-def _key_mask(mask: Tensor | None, queries: Tensor, keys: Tensor, op: str) -> Tensor | None:
+def _key_mask(mask: Tensor | None, queries: Tensor, op: str) -> Tensor | None:
     """Reduce a mask broadcastable to [..., Nq, Nk] to a key mask [..., Nk]. L and C summarise
     the keys once for all queries, so a mask that differs between queries is refused."""
     if mask is None:
@@ -52,6 +52,4 @@ def _key_mask(mask: Tensor | None, queries: Tensor, keys: Tensor, op: str) -> Te
             f"(shape [..., 1, Nk] or [..., Nk]); got a per-query mask {tuple(mask.shape)}: use "
             "DenseHIDA or FPHIDA for per-query masks"
         )
-    key_mask = mask if mask.dim() == 1 else mask[..., 0, :]
-    batch = torch.broadcast_shapes(keys.shape[:-2], key_mask.shape[:-1])
-    return key_mask.expand(*batch, keys.shape[-2])
+    return mask if mask.dim() == 1 else mask[..., 0, :]  # broadcasts against the keys' batch

@@ -255,7 +255,7 @@ class CHIDA(nn.Module):
         cfg = self.config
         if cfg.check_inputs:
             check_operator_inputs(queries, keys, values, mask, "poincare")
-        key_mask = _key_mask(mask, queries, keys, "C-HIDA")
+        key_mask = _key_mask(mask, queries, "C-HIDA")
         batch = torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
         keys = keys.expand(*batch, *keys.shape[-2:])
         values = values.expand(*batch, *values.shape[-2:])
