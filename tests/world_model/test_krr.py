@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from world_model.attention.kernel_matrix import EXP_CLAMP, KERNELS, exp_clamp_max, kernel_matrix
 from world_model.attention.krr import (
     KernelRidgeAttention,
+    _mask_rows,
     KRRConfig,
     MultiHeadKRRAttention,
     MultiHeadKRRConfig,
@@ -39,6 +40,7 @@ from world_model.attention.krr_precond import (
 )
 from world_model.attention.krr_solver import (
     BOUND,
+    Solve,
     bound,
     cholesky_spd_solve,
     op,
@@ -1065,3 +1067,58 @@ def test_krr_attention_defaults_solve_to_tol_1e4_with_rms_eps_1e6():
     out, _, _ = krr_attention(q, k, v, lam, rms_alpha=True)
     ref = K_qk @ (alpha / torch.sqrt(alpha.square().mean(-1, keepdim=True) + 1e-6))
     assert (out - ref).norm() / ref.norm() < 2e-3
+
+
+def test_a_mask_is_one_system_for_every_query_exactly_when_it_is_a_key_mask():
+    """_mask_rows: a key mask [Nk] or [..., 1, Nk] gives E = 1 system row, a per-query mask
+    [Nq, Nk] gives E = Nq (here Nq = 2)."""
+    keys = torch.tensor([True, False, True])
+    assert _mask_rows(keys, torch.Size([4]), 2, 3).shape == (4, 1, 3)
+    assert _mask_rows(keys.view(1, 3), torch.Size([4]), 2, 3).shape == (4, 1, 3)
+    per_query = torch.tensor([[True, False, True], [True, True, False]])
+    got = _mask_rows(per_query, torch.Size([4]), 2, 3)
+    assert got.shape == (4, 2, 3) and torch.equal(got[1], per_query)
+
+
+def test_a_per_query_mask_over_two_queries_regresses_each_on_its_own_keys():
+    """Two queries, each with its own allowed keys: each output is kernel ridge regression on
+    those keys alone (scipy), and a default call returns no weights."""
+    q, k, v = randn(2, 3, seed=60), randn(6, 3, seed=61), randn(6, 2, seed=62)
+    allowed = torch.tensor([[1, 1, 0, 1, 0, 1], [0, 1, 1, 1, 1, 0]], dtype=torch.bool)
+    attn = KernelRidgeAttention(KRRConfig(kernel="rbf", lam_init=0.2, tol=1e-12, max_iter=100))
+    out, none = attn.double()(q, k, v, mask=allowed)
+    assert none is None and out.shape == (2, 2)  # unbatched inputs keep their shape
+    lam = float(attn.lam())
+    for i in range(2):
+        ref = krr_reference(q[i : i + 1], k[allowed[i]], v[allowed[i]], lam, "rbf")
+        torch.testing.assert_close(out[i : i + 1], ref, rtol=1e-9, atol=1e-10)
+    out_w, w = attn(q, k, v, mask=allowed, need_weights=True)
+    assert w.shape == (2, 6) and (w[~allowed] == 0).all()
+    torch.testing.assert_close(w @ v, out_w, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(out_w, out, rtol=1e-9, atol=1e-10)
+
+
+def test_xsa_projects_out_values_of_any_length():
+    """xsa_project against its closed form y - s (y.v / v.v) v for values of norm < 1 and > 1
+    (the zero test is v.v > 0, not a threshold)."""
+    y, v = randn(4, 3, seed=63), randn(4, 3, seed=64)
+    v = (
+        v
+        * torch.tensor([0.01, 0.5, 2.0, 30.0], dtype=F64).unsqueeze(-1)
+        / v.norm(dim=-1, keepdim=True)
+    )
+    scale = torch.tensor(0.7, dtype=F64)
+    got, c = xsa_project(y, v, scale)
+    want_c = 0.7 * (y * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True)
+    torch.testing.assert_close(c, want_c, rtol=1e-13, atol=0)
+    torch.testing.assert_close(got, y - want_c * v, rtol=1e-13, atol=1e-15)
+
+
+def test_a_detached_solve_keeps_every_field_and_cuts_the_graph():
+    x = randn(3, 2, seed=65).requires_grad_()
+    res, history = torch.rand(2, dtype=F64), [torch.ones(2, dtype=F64)]
+    solve = Solve(2 * x, torch.tensor([4, 5]), torch.tensor([True, False]), res, history, None)
+    cut = solve.detached()
+    assert not cut.x.requires_grad and torch.equal(cut.x, 2 * x.detach())
+    assert cut.iters is solve.iters and cut.converged is solve.converged
+    assert cut.res is res and cut.history is history and cut.direct is None

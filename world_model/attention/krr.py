@@ -362,7 +362,7 @@ class KernelRidgeAttention(nn.Module):
                 f"KernelRidgeAttention has {cfg.heads} heads: keys must be [..., {cfg.heads}, "
                 f"N, d], got {tuple(keys.shape)}"
             )
-        lam = self.lam().to(queries.dtype)
+        lam = self.lam()  # krr_attention takes it in the queries' dtype
         lam = lam.view(-1, 1, 1) if heads_axis else lam.view(1, 1)
         out, weights, solve = krr_attention(
             queries,
