@@ -357,8 +357,17 @@ def test_prepared_context_equals_unprepared_with_one_wilson_line_per_entry_and_q
     out_e, rec_e = head(q, shared.expand(4))
     torch.testing.assert_close(out_e, out_u, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(rec_e.weights, rec_u.weights, rtol=1e-12, atol=1e-14)
-    with pytest.raises(ValueError, match="needs the ContextBank"):
+    with pytest.raises(ValueError, match="^re-scoring under another gauge needs the ContextBank$"):
         head.scores(q, prepared, field_map=lambda z, psi: psi)
+    with pytest.raises(ValueError, match="needs the ContextBank"):
+        head.scores(q, prepared, connection=lambda z: torch.zeros(*z.shape[:-1], 3))
+    torch.testing.assert_close(head.scores(q, prepared), head.scores(q, shared), rtol=0, atol=0)
+    cut = rec_u.detach()  # a record cut from the graph keeps every value
+    for name, value in vars(rec_u).items():
+        if isinstance(value, torch.Tensor):
+            assert not getattr(cut, name).requires_grad and torch.equal(getattr(cut, name), value)
+        else:
+            assert getattr(cut, name) == value
 
 
 def _fields(q: CovariantQueries):

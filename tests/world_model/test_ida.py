@@ -302,3 +302,22 @@ def test_sphere_points_are_accepted_within_1e3_of_unit_norm():
     ida.check_points(torch.tensor([[1.0, 0.0]], dtype=torch.float64), "poincare", "keys")
     with pytest.raises(ValueError, match="largest norm is 1"):
         ida.check_points(torch.tensor([[1.0 + 1e-6, 0.0]], dtype=torch.float64), "poincare", "k")
+
+
+def test_the_cdist_form_takes_batched_keys_and_the_exact_path_near_antipodes():
+    """form="cdist": batched Poincare keys [2, M, d] against geoopt (the conformal factors'
+    axes), and on the sphere near-antipodal float32 points (|x + y| ~ 1e-3, more than cdist's
+    25-row switch to a matrix product) keep d_S^2 to float32 rounding against the float64
+    distance of the same points; the product path would lose ~5e-5 there."""
+    x = points("poincare", 4, 3, seed=70)
+    y = points("poincare", 10, 3, seed=71).reshape(2, 5, 3)
+    got = ida.squared_distance_matrix(x, y, "poincare", form="cdist")
+    torch.testing.assert_close(got, geoopt_sqdist("poincare", x, y), rtol=1e-10, atol=1e-12)
+    g = torch.Generator().manual_seed(72)
+    a = torch.randn(40, 5, generator=g, dtype=torch.float64)
+    b = -a + 1e-3 * torch.randn(40, 5, generator=g, dtype=torch.float64)
+    a32 = (a / a.norm(dim=-1, keepdim=True)).float()
+    b32 = (b / b.norm(dim=-1, keepdim=True)).float()
+    ref = ida.squared_distance_matrix(a32.double(), b32.double(), "sphere", form="difference")
+    got = ida.squared_distance_matrix(a32, b32, "sphere", form="cdist").double()
+    assert ((got - ref).abs() / ref).max() < 2e-6

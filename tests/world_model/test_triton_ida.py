@@ -240,6 +240,16 @@ def test_distance_forms_at_small_distances():
     assert max(worst["difference", d] for d in (1e-1, 1e-3, 1e-5)) < 1e-5, worst
     assert max(worst["corrected", d] for d in (1e-1, 1e-3, 1e-5)) < 1e-5, worst
     assert worst["expanded", 1e-1] < 1e-3 and worst["expanded", 1e-3] > 1e-2, worst
+    # float64 inputs: a float64 table accumulated in float64 (difference form: exact to 1e-12
+    # at 1e-5 apart)
+    sq = triton_ida.fused_pair_sq(q, k, config("difference"), force=True)
+    exact = (q[:, None] - k[None]).square().sum(-1)
+    assert sq.dtype == torch.float64
+    assert ((sq - exact).abs() / exact)[torch.eye(48, dtype=torch.bool)].max() < 1e-12
+    with pytest.raises(
+        ValueError, match="^the fused inverse-distance kernels cannot run: tensors on cpu$"
+    ):
+        triton_ida.fused_pair_sq(q, k)  # without force, CPU tensors are refused
 
 
 # --------------------------------------------------------------------------- dispatch
