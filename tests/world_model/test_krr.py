@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from world_model.attention.kernel_matrix import EXP_CLAMP, KERNELS, exp_clamp_max, kernel_matrix
 from world_model.attention.krr import (
     KernelRidgeAttention,
-    _mask_rows,
     KRRConfig,
     MultiHeadKRRAttention,
     MultiHeadKRRConfig,
+    _mask_rows,
     krr_attention,
     xsa_project,
 )

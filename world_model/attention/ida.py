@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import math
 import typing
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -57,7 +56,6 @@ from geometry import poincare, sphere
 __all__ = [
     "METRICS",
     "FORMS",
-    "IDAConfig",
     "check_attention_inputs",
     "check_points",
     "squared_distance_matrix",
@@ -71,28 +69,6 @@ Metric = Literal["euclidean", "poincare", "sphere"]
 Form = Literal["expanded", "cdist", "difference"]
 METRICS: tuple[str, ...] = typing.get_args(Metric)
 FORMS: tuple[str, ...] = typing.get_args(Form)
-
-
-@dataclass
-class IDAConfig:
-    """Inverse-distance attention, one of the three geometries of seed 000.
-
-    Attributes:
-        metric: "euclidean" (Resolver §2), "poincare" (HIDA §4-5, unit ball, curvature -1) or
-            "sphere" (SIDA §8.1, unit vectors).
-        eps: the kernel's regulariser eps > 0 in (d^2 + eps)^-1; exact retrieval as eps -> 0.
-        form: how the all-pairs distance is computed ("expanded", "cdist", "difference"; see the
-            module docstring for the measured trade-off).
-    """
-
-    metric: Metric = "poincare"
-    eps: float = 1e-3
-    form: Form = "expanded"
-
-    def __post_init__(self):
-        _check_metric(self.metric)
-        _check_eps(self.eps)
-        _check_form(self.form)
 
 
 def _check_metric(metric: str) -> None:
