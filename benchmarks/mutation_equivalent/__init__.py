@@ -2,9 +2,22 @@
 
 Keyed by (module, function, line before, line after) as `mutmut show` prints them, stripped;
 methods appear as `Classǁmethod`, the way mutmut names them. A mutant is listed only after
-reading it: the reason says why no input can tell it from the original. One file per package.
+reading it: the reason says why no input can tell it from the original. One file per package
+(world_model/attention/, the largest, in three: HIDA and IDA, KRR, covariant attention).
 """
 
-from benchmarks.mutation_equivalent import geometry, memory
+from benchmarks.mutation_equivalent import (
+    attention_covariant,
+    attention_hida,
+    attention_krr,
+    geometry,
+    memory,
+)
 
-EQUIVALENT = {**geometry.EQUIVALENT, **memory.EQUIVALENT}
+EQUIVALENT = {
+    **geometry.EQUIVALENT,
+    **memory.EQUIVALENT,
+    **attention_hida.EQUIVALENT,
+    **attention_krr.EQUIVALENT,
+    **attention_covariant.EQUIVALENT,
+}

@@ -730,3 +730,29 @@ def test_summarising_operators_take_key_masks_that_carry_a_batch_the_keys_lack()
             torch.testing.assert_close(w[b], ref_w, rtol=1e-12, atol=1e-14)
         with pytest.raises(ValueError, match="use DenseHIDA or FPHIDA for per-query masks$"):
             op(q[0], k, v, keep[:, 0])  # [2, 8] over two queries: a per-query mask
+
+
+def test_c_hida_ingest_marks_skipped_keys_minus_one_and_moves_only_open_slots():
+    """ingest with a key mask: skipped keys get slot -1 and change nothing (the same state as
+    ingesting the kept keys alone); a batch row that still has free slots next to a row that
+    moves keys: its rows' states equal their unbatched ingests."""
+    _, k, v = data(1, 9, seed=43)
+    keep = torch.tensor([1, 0, 1, 1, 0, 1, 1, 1, 0], dtype=torch.bool)
+    op = CHIDA(CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1)).double()
+    slots = op.ingest(k, v, keep)
+    assert (slots[~keep] == -1).all() and (slots[keep] >= 0).all()
+    alone = CHIDA(CHIDAConfig(n_summaries=3, key_dim=3, value_dim=2, eps=0.1)).double()
+    assert torch.equal(alone.ingest(k[keep], v[keep]), slots[keep])
+    for a, b in zip(op.state, alone.state, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # row 0 moves keys (9 keys, 3 slots); row 1 sees 2 kept keys and keeps a free slot
+    rows = keep.clone().repeat(2, 1)
+    rows[1] = False
+    rows[1, :2] = True
+    state = c_hida_empty_state((2,), 3, 3, 2, like=k)
+    batched, assign = c_hida_ingest(state, k.expand(2, 9, 3), v.expand(2, 9, 2), rows)
+    for r in range(2):
+        single, a = c_hida_ingest(c_hida_empty_state((), 3, 3, 2, like=k), k, v, rows[r])
+        assert torch.equal(assign[r], a)
+        for x, y in zip(batched, single, strict=True):
+            torch.testing.assert_close(x[r], y, rtol=1e-12, atol=1e-14)

@@ -323,10 +323,35 @@ def test_interpreter_tests_in_a_fresh_process():
     root = Path(__file__).resolve().parents[2]
     env = child_env(TRITON_INTERPRET="1")
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
         cwd=root, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "run by the fresh-process test" not in run.stdout, run.stdout[-3000:]  # they ran
+
+
+def test_without_the_interpreter_cpu_tensors_are_refused_by_name():
+    """A process that imports triton without TRITON_INTERPRET (a CPU machine): the interpreter
+    is not active, and forced CPU calls are refused because the interpreter must be chosen
+    before triton is imported."""
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import torch, triton\n"
+        "from world_model.attention import triton_ida\n"
+        "x = torch.zeros(2, 3)\n"
+        "print(triton_ida.interpreter_active())\n"
+        "print(triton_ida.fusion_refusal(x, x, x, 'euclidean', force=True))\n"
+    )
+    env = child_env()
+    env.pop("TRITON_INTERPRET", None)
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    active, refusal = run.stdout.strip().splitlines()
+    assert active == "False"
+    assert refusal == "tensors on cpu need TRITON_INTERPRET=1 before triton is imported"
 
 
 # --------------------------------------------------------------------------- on a GPU

@@ -15,7 +15,6 @@ exactly sum_i (pi_{j,a(i)} / n_{a(i)}) v_i over the keys it has seen.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -110,8 +109,9 @@ def c_hida_ingest(
     moves = valid & ~opens
     assign = torch.full_like(rank, -1)
     if bool(moves.any()):
+        # a row that moves a key has opened every slot (step 1 fills free slots first), so no
+        # empty slot can be nearest to a moving key; other rows' picks are weighted by 0
         d2 = squared_distance_matrix(keys, centers, "poincare")  # [..., Nk, c]
-        d2 = d2.masked_fill((counts <= 0).unsqueeze(-2), math.inf)
         nearest = d2.argmin(dim=-1)  # [..., Nk]
         w = moves.to(keys.dtype)  # [..., Nk]
         base = centers.gather(-2, nearest.unsqueeze(-1).expand(*nearest.shape, keys.shape[-1]))

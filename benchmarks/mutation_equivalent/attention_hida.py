@@ -1,0 +1,110 @@
+"""Equivalent surviving mutants of world_model/attention/ (hida modules; see this package's
+__init__.py)."""
+
+from benchmarks.mutation_equivalent._table import DEVICE_ONLY, Table
+
+_table = Table()
+EQUIVALENT = _table.entries
+_add = _table.add
+
+_M = "world_model.attention."
+_FUSED_CPU = (
+    "fused_or_none refuses every CPU tensor before it reads another argument (the fused kernels "
+    "run on CUDA; on the CPU they are reached only with force=True, which Dense never passes): "
+    "Dense takes the PyTorch path whatever the call; tests/world_model/test_triton_ida.py's "
+    "on_cuda tests cover the GPU path"
+)
+_VALID_CHECK = (
+    "the inner call's input check re-validates points the operator built or checked itself "
+    "(queries and keys checked by the caller, anchors or summaries kept in the ball): it passes "
+    "on every input the function is defined on, and skipping it is for speed"
+)
+_ACCUMULATE = (
+    "the distances are accumulated in float64 from both operands (ida._accumulation_dtype) and "
+    "rounded once to the queries' dtype, so the cast only decides whether float64 anchors are "
+    "read in full or rounded first: no test input tells them apart beyond the last bit"
+)
+_PIECES = (
+    "a default piece size: pieces change the summation order over keys beyond 2048 only, not "
+    "the value (LHIDA always passes its config's chunk)"
+)
+
+_add(_M + "hida_dense", "DenseHIDAǁforward", [
+    ("if not need_weights and cfg.fused:", "if not need_weights or cfg.fused:"),
+    ("if not need_weights and cfg.fused:", "if need_weights and cfg.fused:"),
+    ("out = fused_or_none(queries, keys, values, cfg.eps, cfg.metric, mask)", "out = None"),
+] + [
+    ("out = fused_or_none(queries, keys, values, cfg.eps, cfg.metric, mask)", f"out = fused_or_none({args})")
+    for args in (
+        "queries, None, values, cfg.eps, cfg.metric, mask",
+        "queries, keys, None, cfg.eps, cfg.metric, mask",
+        "queries, keys, values, None, cfg.metric, mask",
+        "queries, keys, values, cfg.eps, None, mask",
+        "queries, keys, values, cfg.eps, cfg.metric, None",
+        "keys, values, cfg.eps, cfg.metric, mask",
+        "queries, values, cfg.eps, cfg.metric, mask",
+        "queries, keys, cfg.eps, cfg.metric, mask",
+        "queries, keys, values, cfg.metric, mask",
+        "queries, keys, values, cfg.eps, mask",
+        "queries, keys, values, cfg.eps, cfg.metric, ",
+    )
+], _FUSED_CPU)  # fmt: skip
+_add(_M + "hida_dense", "DenseHIDAǁforward", [
+    ("form=cfg.form, check_inputs=False,", "form=cfg.form, check_inputs=None,"),
+], "None is falsy: the same skipped check as False")  # fmt: skip
+_add(_M + "hida_dense", "DenseHIDAǁforward", [
+    ("for rows in query_chunks(n_q, cfg.query_chunk or max(n_q, 1)):", "for rows in query_chunks(n_q, cfg.query_chunk or max(n_q, 2)):"),
+], "without query_chunk the step only has to reach n_q: for n_q >= 2 both give n_q; for one "
+   "query a step of 1 or 2 is the same one chunk, and no queries give one empty slice either way")  # fmt: skip
+_add(_M + "hida_anchor", "LHIDAǁforward", [
+    ("anchors = self.anchors.to(queries.dtype)", "anchors = self.anchors.to(None)"),
+], _ACCUMULATE)  # fmt: skip
+_add(_M + "hida_anchor", "l_hida_summaries", [
+    ("chunk: int = 2048,", "chunk: int = 2049,"),
+], _PIECES)  # fmt: skip
+_add(_M + "hida_anchor", "l_hida_attention", [
+    ("chunk: int = 2048,", "chunk: int = 2049,"),
+], _PIECES)  # fmt: skip
+_add(_M + "hida_anchor", "l_hida_attention", [
+    ("key_mass=masses, check_inputs=False,", "key_mass=masses, check_inputs=None,"),
+    ("key_mass=masses, check_inputs=False,", "key_mass=masses, check_inputs=True,"),
+    ("key_mass=masses, check_inputs=False, / )  # fmt: skip  # [..., c, dv], [..., c, m]", "key_mass=masses, )  # fmt: skip  # [..., c, dv], [..., c, m]"),
+], _VALID_CHECK)  # fmt: skip
+_add(_M + "hida_compressed", "c_hida_read", [
+    ('queries, centers, means, eps, "poincare", key_mass=counts, check_inputs=False', 'queries, centers, means, eps, "poincare", key_mass=counts, check_inputs=None'),
+    ('queries, centers, means, eps, "poincare", key_mass=counts, check_inputs=False', 'queries, centers, means, eps, "poincare", key_mass=counts, check_inputs=True'),
+    ('queries, centers, means, eps, "poincare", key_mass=counts, check_inputs=False / )', 'queries, centers, means, eps, "poincare", key_mass=counts, )'),
+], _VALID_CHECK)  # fmt: skip
+_add(_M + "hida_compressed", "c_hida_empty_state", [
+    ("kw = dict(dtype=like.dtype, device=like.device)", "kw = dict(dtype=like.dtype, device=None)"),
+    ("kw = dict(dtype=like.dtype, device=like.device)", "kw = dict(dtype=like.dtype, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "hida_compressed", "c_hida_ingest", [
+    ("torch.ones(keys.shape[:-1], dtype=torch.bool, device=keys.device)", "torch.ones(keys.shape[:-1], dtype=torch.bool, device=None)"),
+    ("torch.ones(keys.shape[:-1], dtype=torch.bool, device=keys.device)", "torch.ones(keys.shape[:-1], dtype=torch.bool, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "hida_compressed", "_scatter_rows", [
+    ("padded = torch.cat([table, table.new_zeros(*table.shape[:-2], 1, table.shape[-1])], dim=-2)", "padded = torch.cat([table, table.new_zeros(*table.shape[:-2], 2, table.shape[-1])], dim=-2)"),
+], "the scratch rows after the c table rows are cut off; dropped rows (slot c) land in the "
+   "first of them either way")  # fmt: skip
+_INTERPRETER = (
+    "Triton's interpreter (the tests' CPU path) computes tl.dot in the operands' precision and "
+    "runs each program serially: input_precision (TF32 exists on NVIDIA tensor cores only) and "
+    "num_warps act on a GPU alone"
+)
+_add(_M + "triton_ida_kernels", "pair_sq", [
+    ("PREC=config.precision, ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,", "PREC=None, ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,"),
+    ("num_warps=config.num_warps,", "num_warps=None,"),
+    ("num_warps=config.num_warps, / )  # fmt: skip", ")  # fmt: skip"),
+], _INTERPRETER)  # fmt: skip
+_add(_M + "triton_ida_kernels", "pair_sq", [
+    ("out = torch.empty(n_q, n_k, dtype=q.dtype, device=q.device)", "out = torch.empty(n_q, n_k, dtype=q.dtype, device=None)"),
+    ("out = torch.empty(n_q, n_k, dtype=q.dtype, device=q.device)", "out = torch.empty(n_q, n_k, dtype=q.dtype, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "hida_compressed", "c_hida_ingest", [
+    ("counts = torch.cat([counts, counts.new_zeros(*counts.shape[:-1], 1)], dim=-1)", "counts = torch.cat([counts, counts.new_zeros(*counts.shape[:-1], 2)], dim=-1)"),
+], "the scratch counts after the c slots are cut off ([..., :c]); opened keys never land there")  # fmt: skip
+_add(_M + "hida_compressed", "c_hida_ingest", [
+    ("total = (counts + b).clamp_min(1.0).unsqueeze(-1)  # [..., c, 1]", "total = (counts + b).clamp_min(2.0).unsqueeze(-1)  # [..., c, 1]"),
+], "the floor only guards 0/0: where a slot takes b >= 1 moving keys it is open (count >= 1), "
+   "so counts + b >= 2 there, and where b = 0 both numerators are 0")  # fmt: skip
