@@ -108,3 +108,7 @@ _add(_M + "hida_compressed", "c_hida_ingest", [
     ("total = (counts + b).clamp_min(1.0).unsqueeze(-1)  # [..., c, 1]", "total = (counts + b).clamp_min(2.0).unsqueeze(-1)  # [..., c, 1]"),
 ], "the floor only guards 0/0: where a slot takes b >= 1 moving keys it is open (count >= 1), "
    "so counts + b >= 2 there, and where b = 0 both numerators are 0")  # fmt: skip
+_add(_M + "hida_fp", "fp_attention", [
+    ("query_chunk: int = 1024,", "query_chunk: int = 1025,"),
+], "a default piece size: query chunks are independent rows, so the pieces do not change any "
+   "value (FPHIDA always passes its config's query_chunk)")  # fmt: skip

@@ -27,8 +27,8 @@ from world_model.attention.hida import (
     LHIDAConfig,
     c_hida_empty_state,
     c_hida_ingest,
+    fp_attention,
     fp_index_set,
-    fp_index_set_bound,
     l_hida_attention,
 )
 
@@ -41,6 +41,11 @@ def data(n_q, n_k, d=3, dv=2, seed=0, max_norm=0.9, dtype=F64):
     k = ball_points(n_k, d, max_norm, dtype=dtype, seed=seed + 1)
     v = torch.randn(n_k, dv, dtype=dtype, generator=torch.Generator().manual_seed(seed + 2))
     return q, k, v
+
+
+def seed_fp_bound(n, w, g):
+    """Seed 000 Thm 5.4's bound on |S_i|: (2w + 1) + g + 2(⌈log2 n⌉ + 1) + 1."""
+    return (2 * w + 1) + g + 2 * ((math.ceil(math.log2(n)) if n > 1 else 0) + 1) + 1
 
 
 def brute_index_set(p, n, w, g, causal):
@@ -92,7 +97,7 @@ def test_fp_index_set_matches_its_definition_and_bound(n, causal):
     for p in range(n + 1):
         got = idx[p][valid[p]].tolist()
         assert got == brute_index_set(p, n, w, g, causal)
-        assert len(got) <= fp_index_set_bound(n, w, g)  # seed 000 Thm 5.4
+        assert len(got) <= seed_fp_bound(n, w, g)  # seed 000 Thm 5.4
 
 
 def test_fp_query_at_now_sees_the_recent_past_and_the_dyadic_history():
@@ -756,3 +761,34 @@ def test_c_hida_ingest_marks_skipped_keys_minus_one_and_moves_only_open_slots():
         assert torch.equal(assign[r], a)
         for x, y in zip(batched, single, strict=True):
             torch.testing.assert_close(x[r], y, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("batched", ["queries", "keys", "values", "queries and mask"])
+def test_fp_broadcasts_a_batch_that_one_input_carries(batched):
+    """fp_attention with a batch dim on one of queries (alone or with a per-query mask), keys
+    or values: row b equals the unbatched call on row b's inputs, weights included; its
+    defaults are the non-causal call with weights."""
+    q, k, v = data(5, 8, seed=44)
+    g = torch.Generator().manual_seed(45)
+    mask = torch.rand(5, 8, generator=g) > 0.3
+    mask[:, 0] = True
+    inputs = {"queries": q, "keys": k, "values": v, "mask": mask}
+    other = {"queries": 0.5 * q.flip(0), "keys": 0.5 * k.flip(0),
+             "values": torch.randn(8, 2, generator=g, dtype=F64), "mask": mask.flip(1)}  # fmt: skip
+    for name in batched.split(" and "):
+        inputs[name] = torch.stack([inputs[name], other[name]])
+    pos = torch.arange(5)
+    call = lambda i: fp_attention(  # noqa: E731
+        i["queries"], i["keys"], i["values"], 0.05, "poincare", pos, 2, 2, False, i["mask"],
+        query_chunk=3, need_weights=True,
+    )  # fmt: skip
+    out, w = call(inputs)
+    assert out.shape == (2, 5, 2) and w.shape == (2, 5, 8)
+    for b in range(2):
+        ref, ref_w = call({n: t[b] if n in batched else t for n, t in inputs.items()})
+        torch.testing.assert_close(out[b], ref, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(w[b], ref_w, rtol=1e-12, atol=1e-14)
+    plain = fp_attention(q, k, v, 0.05, "poincare", pos, 2, 2)
+    explicit = fp_attention(q, k, v, 0.05, "poincare", pos, 2, 2, False, need_weights=True)
+    for a, b in zip(plain, explicit, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -27,6 +27,7 @@ from torch.func import jacrev, vmap
 
 from geometry import poincare, sphere
 from tests.conftest import ball_points
+from tests.world_model.test_hida import seed_fp_bound
 from world_model.attention import ida
 from world_model.attention.hida import (
     CHIDA,
@@ -37,7 +38,6 @@ from world_model.attention.hida import (
     c_hida_empty_state,
     c_hida_ingest,
     fp_index_set,
-    fp_index_set_bound,
     l_hida_attention,
 )
 
@@ -314,7 +314,7 @@ def test_fp_index_set_size_and_error_against_dense():
         w, g = op.sizes(n)
         _, valid = fp_index_set(torch.arange(n), n, w, g)
         size = valid.sum(-1)
-        assert int(size.max()) <= fp_index_set_bound(n, w, g)
+        assert int(size.max()) <= seed_fp_bound(n, w, g)
         assert int(size.max()) <= 5 * math.log2(n)
         errs = {}
         for name, gen in (("trajectory", trajectory), ("iid", iid)):
@@ -325,7 +325,7 @@ def test_fp_index_set_size_and_error_against_dense():
             errs[name] = rel_err(out, ref)
             top = w_dense.topk(max(n // 100, 1), dim=-1).values.sum(-1)
             errs[name + "_near1%"] = float(top.mean())
-        rows.append((n, float(size.double().mean()), int(size.max()), fp_index_set_bound(n, w, g),
+        rows.append((n, float(size.double().mean()), int(size.max()), seed_fp_bound(n, w, g),
                      errs["trajectory"], errs["iid"], errs["trajectory_near1%"]))  # fmt: skip
     assert rows[0][4] < 0.2  # small n: the index set holds most of the mass
     assert rows[-1][4] > 0.5 and rows[-1][6] < 0.3  # large n: the mass is far away

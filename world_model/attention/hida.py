@@ -42,7 +42,7 @@ from .hida_compressed import (
     c_hida_read,
 )
 from .hida_dense import DenseHIDA, DenseHIDAConfig
-from .hida_fp import FPHIDA, FPHIDAConfig, fp_attention, fp_index_set, fp_index_set_bound
+from .hida_fp import FPHIDA, FPHIDAConfig, fp_attention, fp_index_set
 
 __all__ = [
     "DenseHIDAConfig",
@@ -50,7 +50,6 @@ __all__ = [
     "FPHIDAConfig",
     "FPHIDA",
     "fp_index_set",
-    "fp_index_set_bound",
     "fp_attention",
     "LHIDAConfig",
     "LHIDA",

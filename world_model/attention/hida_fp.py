@@ -23,7 +23,7 @@ from .ida import (
     squared_distance,
 )
 
-__all__ = ["FPHIDAConfig", "FPHIDA", "fp_index_set", "fp_index_set_bound", "fp_attention"]
+__all__ = ["FPHIDAConfig", "FPHIDA", "fp_index_set", "fp_attention"]
 
 
 def fp_index_set(
@@ -61,12 +61,6 @@ def fp_index_set(
     return torch.where(valid, cand, 0), valid
 
 
-def fp_index_set_bound(n_keys: int, window: int, n_global: int) -> int:
-    """Seed 000 Thm 5.4: |S_i| <= (2w + 1) + g + 2(⌈log2 n⌉ + 1) + 1."""
-    n_dyadic = math.ceil(math.log2(n_keys)) if n_keys > 1 else 0
-    return (2 * window + 1) + n_global + 2 * (n_dyadic + 1) + 1
-
-
 def fp_attention(
     queries: Tensor,
     keys: Tensor,
@@ -86,12 +80,8 @@ def fp_attention(
     :func:`fp_index_set`; O(Nq |S| d) with |S| = O(log Nk), computed in query chunks.
     Distances are elementwise, by explicit differences (no matrix product to cancel in)."""
     n_q, n_k = queries.shape[-2], keys.shape[-2]
-    batch = torch.broadcast_shapes(
-        queries.shape[:-2],
-        keys.shape[:-2],
-        values.shape[:-2],
-        mask.shape[:-2] if mask is not None and mask.dim() >= 2 else (),
-    )
+    # the mask's batch dims are among these (the call shape, docs/architecture.md)
+    batch = torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2], values.shape[:-2])
     outs = []
     weights = None
     if need_weights:
