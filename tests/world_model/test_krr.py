@@ -10,6 +10,7 @@ and in the XAKER section of docs/seed_map.md."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -29,7 +30,9 @@ from world_model.attention.krr import (
     xsa_project,
 )
 from world_model.attention.krr_precond import (
+    PRECONDITIONERS,
     DiagonalPreconditioner,
+    IdentityPreconditioner,
     LowRankPreconditioner,
     TylerPreconditioner,
     make_preconditioner,
@@ -46,6 +49,7 @@ from world_model.attention.krr_solver import (
     op,
     pcg,
     rms_normalize,
+    rms_scale,
     solve_spd,
 )
 
@@ -123,6 +127,11 @@ def test_exp_clamp_keeps_float32_finite_where_the_seeds_100_does_not():
     assert torch.isfinite(K).all() and K.max() == torch.exp(torch.tensor(88.0))
     K.sum().backward()
     assert torch.isfinite(x.grad).all()
+    # the lower clamp: antipodal pairs at temp 1e-3 have exponent -1000, clamped to -100
+    a = randn(3, 4, seed=3)
+    K = kernel_matrix(a, -a, "exp", temp=1e-3)
+    low = torch.full((3,), math.exp(-EXP_CLAMP), dtype=F64)
+    torch.testing.assert_close(torch.diagonal(K), low, rtol=1e-12, atol=0.0)
 
 
 @pytest.mark.parametrize("kind", KERNELS)
@@ -283,8 +292,14 @@ def test_non_finite_solve_raises_and_an_indefinite_system_is_reported():
         solve_spd(K, v, 0.1)
     with pytest.raises(FloatingPointError, match="non-finite lam"):
         solve_spd(K, randn(2, 10, 2, seed=20), float("inf"))
-    with pytest.raises(ValueError, match="not numerically positive definite"):
-        cholesky_spd_solve(-torch.eye(4, dtype=F64), torch.ones(4, 1, dtype=F64), 0.5)
+    # one of two float64 matrices (-I + 0.5 I) is indefinite: the message counts it
+    message = (
+        "KRR direct solve: K + lam I is not numerically positive definite (Cholesky failed in 1 "
+        "matrices, float64); increase lam"
+    )
+    eyes = torch.stack([-torch.eye(4, dtype=F64), torch.eye(4, dtype=F64)])
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        cholesky_spd_solve(eyes, torch.ones(2, 4, 1, dtype=F64), 0.5)
     with pytest.raises(ValueError, match="method"):
         solve_spd(K, randn(2, 10, 2, seed=21), 0.1, method="lu")
 
@@ -830,6 +845,8 @@ def test_bound_is_the_seeds_1e6_and_rms_normalize_defaults_to_eps_1e6():
     ref = z / torch.sqrt(z.square().mean(-1, keepdim=True) + 1e-6)
     torch.testing.assert_close(rms_normalize(z), ref, rtol=1e-12, atol=0.0)
     assert (rms_normalize(z).square().mean(-1) < 0.9).all()  # eps is not negligible here
+    scale = 1.0 / torch.sqrt(z.square().mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms_scale(z), scale, rtol=1e-12, atol=0.0)
 
 
 def test_pcg_defaults_stop_at_tol_1e6_or_after_20_iterations():
@@ -861,7 +878,7 @@ def test_solve_spd_defaults_fall_back_to_cholesky_at_tol_1e6():
     v = randn(2, 60, 2, seed=67)
     ref = scipy_solve(K, v, lam)
     solve = solve_spd(K, v, lam)
-    assert solve.direct.tolist() == [True, False]
+    assert solve.direct.tolist() == [True, False] and solve.iters[0].tolist() == [20, 20]
     assert solve.converged.all() and (solve.res <= 1e-6).all()
     torch.testing.assert_close(solve.x[0], ref[0], rtol=1e-8, atol=1e-8)
     assert ((solve.x[1] - ref[1]).norm(dim=0) / ref[1].norm(dim=0)).max() < 1e-5
@@ -884,7 +901,11 @@ def test_solver_errors_name_their_cause():
         solve_spd(bad, v, 0.1)
     # a preconditioner that returns NaN (a broken one): PCG's x turns NaN from finite inputs
     nan_precondition = lambda r: r * float("nan")  # noqa: E731
-    with pytest.raises(FloatingPointError, match="from finite inputs"):
+    message = (
+        "KRR solve: PCG produced non-finite values from finite inputs (enable the fallback, "
+        "raise lam, or use float64)"
+    )
+    with pytest.raises(FloatingPointError, match=f"^{re.escape(message)}$"):
         solve_spd(K, v, 0.1, precondition=nan_precondition, fallback=False)
     repaired = solve_spd(K, v, 0.1, precondition=nan_precondition)
     assert repaired.direct.all() and repaired.converged.all()
@@ -957,6 +978,12 @@ def test_diag_correction_matches_the_diagonal_of_a():
     left_out = A_diag - torch.diagonal(M_plain)
     assert (left_out > -1e-9).all() and left_out.max() > 0.1
     torch.testing.assert_close(M_corr - M_plain, torch.diag(left_out), rtol=0.0, atol=1e-8)
+    # on a batch of two kernels, each entry's diagonal
+    Kb = torch.stack([K, kernel_matrix(x, x, "rbf", sigma=0.5)])
+    pre = LowRankPreconditioner(rank=4, diag_correction=True)
+    M_b = torch.linalg.inv(dense_precond(pre, Kb, lam))
+    diag = lambda t: torch.diagonal(t, dim1=-2, dim2=-1)  # noqa: E731
+    torch.testing.assert_close(diag(M_b), diag(Kb) + lam, rtol=1e-9, atol=1e-9)
 
 
 def test_random_basis_is_a_seeded_gaussian_scaled_by_one_over_sqrt_rank():
@@ -1122,3 +1149,373 @@ def test_a_detached_solve_keeps_every_field_and_cuts_the_graph():
     assert not cut.x.requires_grad and torch.equal(cut.x, 2 * x.detach())
     assert cut.iters is solve.iters and cut.converged is solve.converged
     assert cut.res is res and cut.history is history and cut.direct is None
+
+
+# --------------------------------------------------------------------------- options reach the math
+
+
+def _gram(kind, a, b, temp=1.0, sigma=1.0):
+    """exp(<a_i, b_j> / temp) (inputs not normalised) or exp(-|a_i - b_j|^2 / (2 sigma^2)),
+    pair by pair."""
+    if kind == "exp":
+        f = lambda x, y: math.exp(float(x @ y) / temp)  # noqa: E731
+    else:
+        f = lambda x, y: math.exp(-float((x - y).square().sum()) / (2.0 * sigma**2))  # noqa: E731
+    return torch.tensor([[f(x, y) for y in b] for x in a], dtype=F64)
+
+
+@pytest.mark.parametrize("kind", ["exp", "rbf"])
+def test_kernel_options_reach_both_kernels_in_the_function_and_the_module(kind):
+    """temp and normalize_inputs=False (exp) and sigma (rbf) shape K_kk and K_qk alike, given to
+    krr_attention or in KernelRidgeAttention's config: against the kernels written out pair by
+    pair and scipy's solve."""
+    q, k, v = 0.5 * randn(5, 3, seed=80), 0.5 * randn(7, 3, seed=81), randn(7, 2, seed=82)
+    opts = dict(temp=0.5, normalize_inputs=False) if kind == "exp" else dict(sigma=0.6)
+    gram = lambda a, b: _gram(kind, a, b, temp=0.5, sigma=0.6)  # noqa: E731
+    lam = torch.tensor(0.3, dtype=F64).view(1, 1)
+    out, _, _ = krr_attention(q, k, v, lam, kernel=kind, tol=1e-12, max_iter=100, **opts)
+    ref = gram(q, k) @ scipy_solve(gram(k, k), v, 0.3)
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-10)
+    attn = KernelRidgeAttention(KRRConfig(kernel=kind, lam_init=0.3, tol=1e-12, **opts)).double()
+    out, _ = attn(q, k, v)
+    ref = gram(q, k) @ scipy_solve(gram(k, k), v, float(attn.lam().detach()))
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-10)
+
+
+def test_krr_attention_runs_20_iterations_then_falls_back_unless_told_not_to():
+    """A hard system (rbf on tight clusters, lam = 1e-3): with krr_attention's defaults (no
+    preconditioner, tol 1e-4) PCG stops after max_iter = 20 unconverged and the Cholesky fallback
+    gives scipy's answer; fallback=False, to the function or in the module's config, keeps PCG's
+    unconverged answer; solver="cholesky" in the config solves directly, with no iterations."""
+    k = clustered(60, 3, 4, 0.2, seed=9)
+    q, v = randn(4, 3, seed=83), randn(60, 2, seed=84)
+    lam = torch.tensor(1e-3, dtype=F64).view(1, 1)
+    out, _, solve = krr_attention(q, k, v, lam, kernel="rbf")
+    assert solve.iters.tolist() == [20, 20] and solve.direct and solve.converged.all()
+    torch.testing.assert_close(out, krr_reference(q, k, v, 1e-3, "rbf"), rtol=1e-8, atol=1e-8)
+    assert not krr_attention(q, k, v, lam, kernel="rbf", fallback=False)[2].converged.any()
+    cfg = dict(kernel="rbf", lam_init=1e-3, preconditioner="identity")
+    pcg_only = KernelRidgeAttention(KRRConfig(**cfg, fallback=False)).double()
+    pcg_only(q, k, v)
+    assert pcg_only.last_solve.iters.tolist() == [20, 20]
+    assert not pcg_only.last_solve.converged.any()
+    direct = KernelRidgeAttention(KRRConfig(**cfg, solver="cholesky")).double()
+    out, _ = direct(q, k, v)
+    assert direct.last_solve.iters.tolist() == [0, 0] and direct.last_solve.direct
+    ref = krr_reference(q, k, v, float(direct.lam().detach()), "rbf")
+    torch.testing.assert_close(out, ref, rtol=1e-8, atol=1e-8)
+
+
+def _xsa_mask_reference(q, k, v, lam, s):
+    """XSA "mask" written out: K_qk's diagonal scaled by 1 - s, then s (y.v / v.v) v removed."""
+    unit = lambda t: t / t.norm(dim=-1, keepdim=True)  # noqa: E731
+    K_kk, K_qk = torch.exp(unit(k) @ unit(k).mT), torch.exp(unit(q) @ unit(k).mT)
+    y = (K_qk - s * torch.diag(torch.diagonal(K_qk))) @ scipy_solve(K_kk, v, lam)
+    return y - s * ((y * v).sum(-1, keepdim=True) / (v * v).sum(-1, keepdim=True)) * v
+
+
+def test_lam_and_the_xsa_scale_are_taken_in_the_queries_dtype_and_the_scale_defaults_to_one():
+    """lam as a Python float is 0.1 in float64 inputs' dtype (scipy's 0.1, not float32's); a
+    float64 lam, or a float64 module, with float32 inputs gives float32 outputs and weights;
+    XSA without a scale uses 1 (the closed form at s = 1)."""
+    q, k, v = randn(6, 4, seed=85), randn(6, 4, seed=86), randn(6, 3, seed=87)
+    out, _, _ = krr_attention(q, k, v, 0.1, solver="cholesky")
+    torch.testing.assert_close(out, krr_reference(q, k, v, 0.1), rtol=1e-12, atol=1e-13)
+    out, _, _ = krr_attention(q, k, v, 0.1, xsa="mask", solver="cholesky")
+    torch.testing.assert_close(out, _xsa_mask_reference(q, k, v, 0.1, 1.0), rtol=1e-9, atol=1e-12)
+    q32, k32, v32 = q.float(), k.float(), v.float()
+    lam64 = torch.tensor([[0.1]], dtype=F64)
+    out, w, _ = krr_attention(q32, k32, v32, lam64, solver="cholesky", need_weights=True)
+    assert out.dtype == w.dtype == torch.float32
+    torch.testing.assert_close(out.double(), krr_reference(q, k, v, 0.1), rtol=1e-4, atol=1e-5)
+    attn = KernelRidgeAttention(KRRConfig(xsa="mask", solver="cholesky")).double()
+    with torch.no_grad():
+        attn.xsa_scale.fill_(0.8)
+    out, w = attn(q32, k32, v32, need_weights=True)
+    assert out.dtype == w.dtype == torch.float32
+    ref = _xsa_mask_reference(q, k, v, float(attn.lam().detach()), 0.8)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_leading_dims_broadcast_from_any_input_and_lam_meets_the_mask_per_entry():
+    """A batch axis on the keys or on the values alone broadcasts the whole call; lam with one
+    value per entry of the last of four batch axes ([1, 1, 1, 2, 1, 1]) under a key mask gives
+    each entry its own lam. Against scipy, entry by entry."""
+    q, one = randn(5, 4, seed=91), torch.tensor(0.2, dtype=F64).view(1, 1)
+    k, v = randn(2, 6, 4, seed=92), randn(2, 6, 3, seed=93)
+    for keys, values in ((k, v[0]), (k[0], v)):
+        out, _, _ = krr_attention(q, keys, values, one, solver="cholesky")
+        assert out.shape == (2, 5, 3)
+        for b in range(2):
+            ref = krr_reference(q, keys.expand(2, 6, 4)[b], values.expand(2, 6, 3)[b], 0.2)
+            torch.testing.assert_close(out[b], ref, rtol=1e-10, atol=1e-12)
+    lams = [0.1, 1.0]
+    lam = torch.tensor(lams, dtype=F64).view(1, 1, 1, 2, 1, 1)
+    keep = torch.tensor([True, False, True, True, False, True])
+    out, _, _ = krr_attention(q, k.view(1, 1, 1, 2, 6, 4), v, lam, keep, solver="cholesky")
+    for b in range(2):
+        ref = krr_reference(q, k[b][keep], v[b][keep], lams[b])
+        torch.testing.assert_close(out[0, 0, 0, b], ref, rtol=1e-10, atol=1e-12)
+
+
+def test_rms_eps_reaches_the_scaling_of_alpha():
+    """rms_alpha with rms_eps = 1e-2 (given to krr_attention or in the config), on values of rms
+    ~0.1 where eps is not negligible: alpha / sqrt(mean(alpha^2) + 1e-2) written out."""
+    q, k, v = randn(5, 4, seed=100), randn(7, 4, seed=101), 0.1 * randn(7, 3, seed=102)
+    unit = lambda t: t / t.norm(dim=-1, keepdim=True)  # noqa: E731
+    K_kk, K_qk = torch.exp(unit(k) @ unit(k).T), torch.exp(unit(q) @ unit(k).T)
+    lam = torch.tensor(0.5, dtype=F64).view(1, 1)
+    opts = dict(rms_alpha=True, rms_eps=1e-2, solver="cholesky")
+    attn = KernelRidgeAttention(KRRConfig(lam_init=0.5, **opts)).double()
+    for out, lam_value in (
+        (krr_attention(q, k, v, lam, **opts)[0], 0.5),
+        (attn(q, k, v)[0], float(attn.lam().detach())),
+    ):
+        alpha = scipy_solve(K_kk, v, lam_value)
+        ref = K_qk @ (alpha / torch.sqrt(alpha.square().mean(-1, keepdim=True) + 1e-2))
+        torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_errors_of_the_attention_calls_are_exact():
+    """The messages in full (anchored), for the inputs that raise them."""
+    q, one = randn(5, 4), torch.ones(1, 1, dtype=F64)
+    two_d = "queries, keys and values must be at least 2-D: [..., N, d]"
+    for args in ((q, q[0], q), (q, q, q[0])):
+        with pytest.raises(ValueError, match=f"^{re.escape(two_d)}$"):
+            krr_attention(*args, one)
+    choices = f"KRRConfig.kernel must be one of {KERNELS}, got 'laplace'"
+    with pytest.raises(ValueError, match=f"^{re.escape(choices)}$"):
+        KRRConfig(kernel="laplace")
+    block = MultiHeadKRRAttention(
+        MultiHeadKRRConfig(dim=8, heads=2, krr=KRRConfig(heads=2, xsa="zero"))
+    )
+    x = torch.randn(3, 5, 8, generator=gen(103))
+    xsa = "XSA removes each token's own value: use it for self-attention"
+    with pytest.raises(ValueError, match=f"^{re.escape(xsa)}$"):
+        block(x, x)
+    plain = MultiHeadKRRAttention(MultiHeadKRRConfig(dim=8, heads=2))
+    with pytest.raises(
+        ValueError, match=f"^{re.escape('context must be [3, N, 8], got (2, 5, 8)')}$"
+    ):
+        plain(x, x[:2])
+
+
+def test_the_modules_build_what_their_configs_say():
+    """KernelRidgeAttention: the preconditioner takes the config's heads, rank, basis, max_len,
+    rebuild_every (and tyler_iters for cccp); no XSA scale without XSA; no solve record before
+    the first call. MultiHeadKRRAttention: bias=True puts a bias in all three projections, a
+    default call returns no weights, and a per-query mask [B, Nq, Nk] acts as its head-axis
+    form [B, 1, Nq, Nk]."""
+    attn = KernelRidgeAttention(
+        KRRConfig(heads=3, rank=5, basis="random", max_len=40, rebuild_every=4)
+    )
+    pre = attn.preconditioner
+    assert (pre.heads, pre.rank, pre.basis, pre.max_len, pre.rebuild_every) == (
+        3,
+        5,
+        "random",
+        40,
+        4,
+    )
+    assert attn.xsa_scale is None and attn.last_solve is None
+    cccp = KernelRidgeAttention(KRRConfig(preconditioner="cccp", tyler_iters=3)).preconditioner
+    assert isinstance(cccp, TylerPreconditioner) and cccp.iters == 3
+    torch.manual_seed(0)
+    block = MultiHeadKRRAttention(MultiHeadKRRConfig(dim=8, heads=2, bias=True)).double()
+    assert all(lin.bias is not None for lin in (block.to_q, block.to_kv, block.to_out))
+    x = torch.randn(2, 5, 8, generator=gen(104), dtype=F64)
+    assert block(x)[1] is None
+    causal = torch.tril(torch.ones(5, 5, dtype=torch.bool)).expand(2, 5, 5)
+    y3, w3 = block(x, mask=causal, need_weights=True)
+    y4, w4 = block(x, mask=causal.unsqueeze(1), need_weights=True)
+    torch.testing.assert_close(y3, y4, rtol=0.0, atol=0.0)
+    torch.testing.assert_close(w3, w4, rtol=0.0, atol=0.0)
+
+
+# --------------------------------------------------------------------------- solver records
+
+
+def test_the_direct_solve_record_and_zero_columns_at_tol_0():
+    """method "cholesky": direct is a bool per matrix ([...] = K's batch shape), iters int64
+    zeros, res the true relative residual |v - A x| / |v| recomputed here. A zero right-hand side
+    is solved by x = 0 exactly, residual 0 <= tol = 0: converged on the direct path and after
+    PCG's fallback (which re-checks every column of a matrix it re-solves)."""
+    K = spd_kernel(3, 8, seed=105)
+    v = randn(3, 8, 2, seed=106)
+    v[..., 1] = 0.0
+    lam = 0.5
+    for method in ("cholesky", "pcg"):
+        solve = solve_spd(K, v, lam, method=method, tol=0.0)
+        assert solve.direct.dtype == torch.bool and solve.direct.tolist() == [True] * 3
+        assert solve.converged[:, 1].all() and (solve.x[..., 1] == 0).all()
+        r = v - (K + lam * torch.eye(8, dtype=F64)) @ solve.x
+        torch.testing.assert_close(solve.res[:, 0], r[..., 0].norm(dim=-1) / v[..., 0].norm(dim=-1))
+        assert (solve.res[:, 1] == 0).all()
+    assert solve.iters.dtype == torch.int64
+    direct = solve_spd(K, v, lam, method="cholesky")
+    assert direct.iters.dtype == torch.int64 and direct.iters.tolist() == [[0, 0]] * 3
+
+
+def test_tyler_scatter_starts_from_the_identity_and_normalises_each_batch_entry():
+    """iters = 0 returns Sigma_0 = I in the batch shape; one step from I on a batch of two
+    sample sets is, entry by entry, p U^T U / trace(U^T U) with U the rows scaled to unit
+    length (x_i x_i^T / (x_i^T I^-1 x_i)), each of trace p."""
+    x = randn(2, 7, 3, seed=107)
+    x[1] = 10.0 * x[1] @ torch.diag(torch.tensor([1.0, 3.0, 0.2], dtype=F64))
+    assert torch.equal(tyler_scatter(x, 0), torch.eye(3, dtype=F64).expand(2, 3, 3))
+    sigma = tyler_scatter(x, 1)
+    for b in range(2):
+        u = x[b] / x[b].norm(dim=-1, keepdim=True)
+        ref = 3.0 * (u.T @ u) / torch.trace(u.T @ u)
+        torch.testing.assert_close(sigma[b], ref, rtol=1e-12, atol=1e-14)
+
+
+def test_preconditioner_defaults_and_arguments():
+    """Every preconditioner has one head and rebuilds on every call by default (rebuild_every =
+    1; the step counter counts the calls); make_preconditioner's and LowRankPreconditioner's
+    defaults are KRRConfig's (rank, max_len >= 1 allowed down to 1); make_preconditioner passes
+    heads and rebuild_every to every kind; a preconditioner with 2 heads refuses a kernel
+    without a head axis of 2 (one clear error); Jacobi with heads = 3 scales each head's
+    diagonal by its own |s|."""
+    K = spd_kernel(3, 6, seed=108)
+    for pre in (
+        IdentityPreconditioner(),
+        DiagonalPreconditioner(),
+        TylerPreconditioner(),
+        LowRankPreconditioner(rank=2),
+        make_preconditioner("identity"),
+        make_preconditioner("fast"),
+        make_preconditioner("cccp"),
+    ):
+        pre.prepare(K, 0.1)
+        pre.prepare(K, 0.1)
+        assert pre.n_builds == 2 and pre.step == 2, pre
+    every_other = LowRankPreconditioner(rank=2, rebuild_every=2)
+    for _ in range(4):
+        every_other.prepare(K, 0.1)
+    assert (every_other.n_builds, every_other.step) == (2, 4)
+    cfg = KRRConfig()
+    low = LowRankPreconditioner(basis="random")
+    assert (low.rank, low.max_len, low.rebuild_every) == (cfg.rank, cfg.max_len, cfg.rebuild_every)
+    assert low.lr_base.shape == (1, cfg.max_len, cfg.rank)
+    assert LowRankPreconditioner(rank=1, basis="random", max_len=1).lr_base.shape == (1, 1, 1)
+    two = LowRankPreconditioner(heads=2, rank=2)
+    for bad in (K, K[0]):
+        message = (
+            f"preconditioner has 2 heads: expected the kernel's axis -3 to be heads, got shape "
+            f"{tuple(bad.shape)}"
+        )
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            two.prepare(bad, 0.1)
+    fast, cccp = make_preconditioner("fast"), make_preconditioner("cccp")
+    assert (fast.heads, fast.rank, fast.basis, fast.max_len, fast.rebuild_every) == (
+        cfg.heads, cfg.rank, cfg.basis, cfg.max_len, cfg.rebuild_every,
+    )  # fmt: skip
+    assert cccp.iters == TylerPreconditioner().iters == cfg.tyler_iters
+    for name in PRECONDITIONERS:
+        made = make_preconditioner(name, heads=3, rebuild_every=4)
+        assert (made.heads, made.rebuild_every) == (3, 4), name
+    jacobi = DiagonalPreconditioner(heads=3)
+    s = torch.tensor([0.5, -1.0, 2.0], dtype=F64)
+    with torch.no_grad():
+        jacobi.scale.copy_(s)
+    ref = torch.diag_embed(1.0 / (s.abs().view(3, 1) * (torch.diagonal(K, dim1=-2, dim2=-1) + 0.1)))
+    torch.testing.assert_close(dense_precond(jacobi, K, 0.1), ref, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize("pre", ["diagonal", "fast", "random", "cccp"])
+def test_float64_modules_take_float32_inputs_in_float32_whatever_the_default_dtype(pre):
+    """The module's parameters (lam, the XSA scale, per-head preconditioner scales and
+    importances, the random basis) are taken in the inputs' dtype: a float64 module on float32
+    inputs, and a float32 module on float32 inputs under a float64 default dtype, give float32
+    outputs and weights, close to the float64 computation (causal mask, XSA, three heads)."""
+    x = randn(2, 3, 6, 4, seed=110)
+    basis = "random" if pre == "random" else "nystrom"
+    cfg = KRRConfig(heads=3, preconditioner="fast" if pre == "random" else pre, basis=basis,
+                    rank=3, max_len=8, xsa="mask", tol=1e-6, max_iter=50)  # fmt: skip
+    attn = KernelRidgeAttention(cfg).double()
+    with torch.no_grad():
+        attn.xsa_scale.fill_(0.8)
+        for p in attn.preconditioner.parameters():
+            p.copy_(0.5 + randn(*p.shape, seed=111).abs())  # scale, importance
+    causal = torch.tril(torch.ones(6, 6, dtype=torch.bool))
+    ref, ref_w = attn(x, x, x, mask=causal, need_weights=True)
+    x32 = x.float()
+    outs = [attn(x32, x32, x32, mask=causal, need_weights=True)]
+    attn32 = KernelRidgeAttention(cfg)
+    attn32.load_state_dict(attn.float().state_dict())
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        for mask in (causal, causal[-1]):  # per-query and key padding
+            outs.append(attn32(x32, x32, x32, mask=mask, need_weights=True))
+    finally:
+        torch.set_default_dtype(default)
+    ref_pad, ref_pad_w = attn.double()(x, x, x, mask=causal[-1], need_weights=True)
+    for (out, w), (r, rw) in zip(
+        outs, [(ref, ref_w), (ref, ref_w), (ref_pad, ref_pad_w)], strict=True
+    ):
+        assert out.dtype == w.dtype == torch.float32
+        torch.testing.assert_close(out.double(), r, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(w.double(), rw, rtol=1e-3, atol=1e-4)
+
+
+def test_the_low_rank_preconditioner_inverts_its_weighted_basis():
+    """P = (|s| lam I + U U^T)^-1 with U = B diag(softplus(w)): the random basis B (lr_base's
+    first n rows), importance w and scale s = -1.5 set by hand, written out densely (softplus
+    as log(1 + e^w))."""
+    pre = LowRankPreconditioner(rank=3, basis="random", max_len=10).double()
+    w = randn(1, 3, seed=112)
+    with torch.no_grad():
+        pre.importance.copy_(w)
+        pre.scale.fill_(-1.5)
+    K = spd_kernel(1, 8, seed=113)[0]
+    U = pre.lr_base[0, :8] * torch.log1p(torch.exp(w[0]))
+    ref = torch.linalg.inv(1.5 * 0.2 * torch.eye(8, dtype=F64) + U @ U.T)
+    torch.testing.assert_close(dense_precond(pre, K, 0.2), ref, rtol=1e-10, atol=1e-12)
+
+
+def test_pcg_stopping_rule_and_breakdown_guards_at_their_boundaries():
+    """pcg's rule |r| <= tol |v| and its breakdown guards, on systems whose CG steps are exact
+    in floating point. tol = 1: r_0 = v already meets it, so nothing runs (x = 0, iters 0 as
+    int64, converged with res = 1 <= 1, history [|v| / |v|] = [1], 0 for a zero column).
+    A = 2I (K = I, lam = 1): one step gives x = v / 2 and r = 0 exactly, and at tol = 0 the
+    system stops there (0 <= 0): one iteration, history [1, 0]. Breakdown before the first
+    step: A = 0 (K = -I, lam = 1: p.Ap = 0) and an indefinite P with r.z = 0 (P = diag(1, -1),
+    v = (1, 1)) freeze the system at x = 0, no iteration counted. A non-square K is refused."""
+    K = spd_kernel(1, 6, seed=120)[0]
+    v = randn(6, 2, seed=121)
+    v[:, 1] = 0.0
+    solve = pcg(K, v, 0.1, tol=1.0)
+    assert solve.iters.dtype == torch.int64 and solve.iters.tolist() == [0, 0]
+    assert (solve.x == 0).all() and solve.converged.all() and solve.res.tolist() == [1.0, 0.0]
+    assert len(solve.history) == 1 and solve.history[0].tolist() == [1.0, 0.0]
+    eye = torch.eye(4, dtype=F64)
+    w = randn(4, 1, seed=122)
+    solve = pcg(eye, w, 1.0, tol=0.0)
+    assert solve.iters.tolist() == [1] and torch.equal(solve.x, w / 2) and solve.converged.all()
+    assert torch.cat(solve.history).tolist() == [1.0, 0.0]
+    flip = torch.tensor([[1.0], [-1.0]], dtype=F64)
+    for K_, v_, precondition in (
+        (-eye, w, None),
+        (eye[:2, :2], torch.ones(2, 1, dtype=F64), flip.mul),
+    ):
+        solve = pcg(K_, v_, 1.0, precondition, tol=1e-10, max_iter=5)
+        assert solve.iters.tolist() == [0] and (solve.x == 0).all() and not solve.converged.any()
+    bad = f"pcg: K must be [..., n, n] and v [..., n, m]; got {K[:, :5].shape}, {v[:5].shape}"
+    with pytest.raises(ValueError, match=f"^{re.escape(bad)}$"):
+        pcg(K[:, :5], v[:5], 0.1)
+
+
+def test_a_frozen_system_restarts_its_search_direction():
+    """A system frozen by breakdown (P = -I on matrix 1 makes r.z < 0) takes beta = 0, so its
+    search direction is z again each iteration, not an accumulation: with right-hand sides of
+    1e307, which 20 accumulated directions would overflow, its x stays exactly 0 while matrix 0
+    (rbf on tight clusters, lam = 1e-3) iterates on."""
+    k = clustered(60, 3, 4, 0.2, seed=9)
+    K = torch.stack([kernel_matrix(k, k, "rbf"), torch.zeros(60, 60, dtype=F64)])
+    v = torch.stack([randn(60, 1, seed=123), torch.full((60, 1), 1e307, dtype=F64)])
+    sign = torch.tensor([1.0, -1.0], dtype=F64).view(2, 1, 1)
+    solve = pcg(K, v, 1e-3, sign.mul, tol=1e-12, max_iter=25)
+    assert solve.iters.tolist() == [[25], [0]]
+    assert (solve.x[1] == 0).all() and torch.isfinite(solve.x).all()

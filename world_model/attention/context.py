@@ -80,7 +80,7 @@ class ContextBank:
                 )
         if n:
             max_norm = float(p.detach().norm(dim=-1).max())  # NaN fails the test below too
-            if not max_norm < 2.0:
+            if not max_norm < 1.0:
                 raise ValueError(
                     "ContextBank.positions must be finite points inside the unit ball "
                     f"(max |z| = {max_norm:.6g})"

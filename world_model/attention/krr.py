@@ -444,7 +444,7 @@ class MultiHeadKRRAttention(nn.Module):
             raise ValueError(f"x must be [B, N, {cfg.dim}], got {tuple(x.shape)}")
         if context is not None:
             if cfg.krr.xsa is not None:
-                raise ValueError("xsa removes each token's own value: use it for self-attention")
+                raise ValueError("XSA removes each token's own value: use it for self-attention")
             if context.dim() != 3 or context.shape[-1] != cfg.dim or context.shape[0] != x.shape[0]:
                 raise ValueError(
                     f"context must be [{x.shape[0]}, N, {cfg.dim}], got {tuple(context.shape)}"

@@ -117,7 +117,6 @@ def tyler_scatter(samples: Tensor, iters: int) -> Tensor:
     For N > p samples in general position it converges to the unique fixed point; for N = p the
     fixed point is not unique and the iteration stops moving after one step."""
     p = samples.shape[-1]
-    n_samples = samples.shape[-2]
     xt = samples.mT  # [..., p, N]
     sigma = torch.eye(p, dtype=samples.dtype, device=samples.device).expand(
         *samples.shape[:-2], p, p
@@ -126,8 +125,9 @@ def tyler_scatter(samples: Tensor, iters: int) -> Tensor:
         chol = torch.linalg.cholesky(sigma)
         quad = (xt * torch.cholesky_solve(xt, chol)).sum(dim=-2)  # [..., N] x_i^T Sigma^-1 x_i
         w = 1.0 / quad.clamp_min(torch.finfo(samples.dtype).tiny)
-        sigma = (p / n_samples) * (xt * w.unsqueeze(-2)) @ samples  # [..., p, p]
-        sigma = 0.5 * (sigma + sigma.mT)
+        # the formula's p / N and the symmetrisation's 1/2 cancel in the trace normalisation
+        sigma = (xt * w.unsqueeze(-2)) @ samples  # [..., p, p]
+        sigma = sigma + sigma.mT
         trace = torch.diagonal(sigma, dim1=-2, dim2=-1).sum(-1)[..., None, None]
         sigma = sigma * (p / trace)
     return sigma
@@ -241,7 +241,7 @@ class DiagonalPreconditioner(Preconditioner):
 
     def build(self, K, lam, head_dim):
         d = torch.diagonal(K, dim1=-2, dim2=-1).unsqueeze(-1) + lam  # [..., n, 1]
-        d = self.per_head(self.scale, head_dim).abs().clamp_min(self.eps) * d
+        d = self.per_head(self.scale, head_dim).abs().clamp_min(self.eps).to(K.dtype) * d
         return (1.0 / d,)
 
     def apply(self, r, cache):

@@ -192,8 +192,8 @@ def solve_spd(
         raise ValueError(f"solve_spd: K {tuple(K.shape)} and v {tuple(v.shape)} batch differ")
     solve = pcg(K, v, lam_t, precondition, tol=tol, max_iter=max_iter)
     batch, (n, m) = K.shape[:-2], v.shape[-2:]
-    finite = torch.isfinite(solve.x).all(dim=-2)  # [..., m]
-    redo = ~(solve.converged & finite).all(dim=-1)  # [...]
+    # a non-finite x has a non-finite residual, so it is never converged: redo covers it
+    redo = ~solve.converged.all(dim=-1)  # [...]
     solve.direct = redo
     if fallback and bool(redo.any()):
         lam_flat = lam_t.expand(*batch, 1, 1).reshape(-1, 1, 1)
