@@ -1,7 +1,7 @@
 """Equivalent surviving mutants of world_model/attention/ (hida modules; see this package's
 __init__.py)."""
 
-from benchmarks.mutation_equivalent._table import DEVICE_ONLY, Table
+from benchmarks.mutation_equivalent._table import CPU_DEFAULT_DTYPE, DEVICE_ONLY, Table
 
 _table = Table()
 EQUIVALENT = _table.entries
@@ -112,3 +112,18 @@ _add(_M + "hida_fp", "fp_attention", [
     ("query_chunk: int = 1024,", "query_chunk: int = 1025,"),
 ], "a default piece size: query chunks are independent rows, so the pieces do not change any "
    "value (FPHIDA always passes its config's query_chunk)")  # fmt: skip
+_add(_M + "hida_fp", "FPHIDAǁsizes", [
+    ("default = max(math.ceil(math.log2(n_keys)), 1) if n_keys > 1 else 1", "default = max(math.ceil(math.log2(n_keys)), 1) if n_keys >= 1 else 1"),
+    ("default = max(math.ceil(math.log2(n_keys)), 1) if n_keys > 1 else 1", "default = max(math.ceil(math.log2(n_keys)), 1) if n_keys > 2 else 1"),
+], "for 1 or 2 keys ⌈log2 n⌉ is 0 or 1 and the floor max(., 1) gives 1, the else branch's value; "
+   "the branch only keeps log2 away from 0 keys")  # fmt: skip
+_add(_M + "hida_fp", "FPHIDAǁpositions", [
+    ("return torch.full((n_queries,), n_keys, dtype=torch.long, device=device)", "return torch.full((n_queries,), n_keys, dtype=None, device=device)"),
+    ("return torch.full((n_queries,), n_keys, dtype=torch.long, device=device)", "return torch.full((n_queries,), n_keys, device=device)"),
+], CPU_DEFAULT_DTYPE)  # fmt: skip
+_add(_M + "hida_fp", "FPHIDAǁpositions", [
+    ("return torch.full((n_queries,), n_keys, dtype=torch.long, device=device)", "return torch.full((n_queries,), n_keys, dtype=torch.long, device=None)"),
+    ("return torch.full((n_queries,), n_keys, dtype=torch.long, device=device)", "return torch.full((n_queries,), n_keys, dtype=torch.long, )"),
+    ("return torch.arange(n_queries, device=device)", "return torch.arange(n_queries, device=None)"),
+    ("return torch.arange(n_queries, device=device)", "return torch.arange(n_queries, )"),
+], DEVICE_ONLY)  # fmt: skip

@@ -7,6 +7,7 @@ their configs' errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import geoopt
@@ -110,18 +111,20 @@ def test_fp_query_at_now_sees_the_recent_past_and_the_dyadic_history():
     assert max(got) == n - 1
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("query_time", ["sequence", "now"])
-def test_fp_equals_dense_masked_to_the_index_set(query_time):
-    """FP-HIDA = Dense-HIDA with every key outside S_i masked (Def 5.2 + Def 5.1)."""
+def test_fp_equals_dense_masked_to_the_index_set(query_time, causal):
+    """FP-HIDA = Dense-HIDA with every key outside S_i masked (Def 5.2 + Def 5.1); query i
+    stands at position i ("sequence") or at Nk ("now")."""
     q, k, v = data(40, 40 if query_time == "sequence" else 57, seed=4)
     n_q, n_k = q.shape[0], k.shape[0]
     user_mask = torch.rand(n_q, n_k, generator=torch.Generator().manual_seed(5)) > 0.2
-    op = FPHIDA(FPHIDAConfig(eps=0.02, window=2, n_global=3, query_time=query_time, query_chunk=7))
-    w_, g_ = op.sizes(n_k)
-    positions = op.positions(n_q, n_k)
+    cfg = FPHIDAConfig(eps=0.02, window=2, n_global=3, causal=causal, query_time=query_time)
+    op = FPHIDA(dataclasses.replace(cfg, query_chunk=7))
+    positions = range(n_q) if query_time == "sequence" else [n_k] * n_q
     index_mask = torch.zeros(n_q, n_k, dtype=torch.bool)
-    for i, p in enumerate(positions.tolist()):
-        index_mask[i, brute_index_set(p, n_k, w_, g_, False)] = True
+    for i, p in enumerate(positions):
+        index_mask[i, brute_index_set(p, n_k, 2, 3, causal)] = True
     out, w = op(q, k, v, user_mask)
     ref_out, ref_w = ida.inverse_distance_attention(
         q, k, v, 0.02, "poincare", user_mask & index_mask
@@ -149,6 +152,8 @@ def test_fp_explicit_query_positions_and_errors():
         op(q, k, v, query_positions=torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="Nq <= Nk"):
         op(k, q, v[:3])
+    with pytest.raises(ValueError, match="^FP-HIDA needs at least one key, got n_keys = 0$"):
+        FPHIDA(FPHIDAConfig(query_time="now"))(q, k[:0], v[:0])
 
 
 # =========================================================================== L
