@@ -127,3 +127,33 @@ _add(_M + "hida_fp", "FPHIDAǁpositions", [
     ("return torch.arange(n_queries, device=device)", "return torch.arange(n_queries, device=None)"),
     ("return torch.arange(n_queries, device=device)", "return torch.arange(n_queries, )"),
 ], DEVICE_ONLY)  # fmt: skip
+_add(_M + "hida_fp", "fp_index_set", [
+    ("n_dyadic = math.ceil(math.log2(n_keys)) if n_keys > 1 else 0", "n_dyadic = math.ceil(math.log2(n_keys)) if (n_keys > 1) or True else 0"),
+    ("n_dyadic = math.ceil(math.log2(n_keys)) if n_keys > 1 else 0", "n_dyadic = math.ceil(math.log2(n_keys)) if n_keys >= 1 else 0"),
+], "n_keys >= 1 here (0 keys are refused above), and for one key ⌈log2 1⌉ = 0 is the else branch")  # fmt: skip
+_add(_M + "hida_fp", "fp_index_set", [
+    ("n_dyadic = math.ceil(math.log2(n_keys)) if n_keys > 1 else 0", "n_dyadic = math.ceil(math.log2(n_keys)) if n_keys > 1 else 1"),
+], "with one key the only index, 0, is always a global anchor: extra dyadic offsets add nothing")  # fmt: skip
+_add(_M + "hida_fp", "fp_index_set", [
+    ("cand = torch.cat([p + offsets, anchors.expand(p.shape[0], -1)], dim=1)  # [Nq, C]", "cand = torch.cat([p - offsets, anchors.expand(p.shape[0], -1)], dim=1)  # [Nq, C]"),
+], "the offsets are symmetric (-w..w, +2^k and -2^k): p - offsets is the same set, and the "
+   "candidates are sorted before use")  # fmt: skip
+_add(_M + "hida_fp", "fp_index_set", [
+    ("ok = (cand >= 0) & (cand < n_keys)", "ok = (cand >= 0) & (cand <= n_keys)"),
+], "a candidate equal to n_keys is replaced by n_keys, the dropped marker, either way")  # fmt: skip
+_add(_M + "hida_fp", "fp_index_set", [
+    ("device = query_positions.device", "device = None"),
+    ("powers = 2 ** torch.arange(n_dyadic + 1, device=device)  # [L + 1]", "powers = 2 ** torch.arange(n_dyadic + 1, device=None)  # [L + 1]"),
+    ("powers = 2 ** torch.arange(n_dyadic + 1, device=device)  # [L + 1]", "powers = 2 ** torch.arange(n_dyadic + 1, )  # [L + 1]"),
+    ("offsets = torch.cat([torch.arange(-window, window + 1, device=device), powers, -powers])", "offsets = torch.cat([torch.arange(-window, window + 1, device=None), powers, -powers])"),
+    ("offsets = torch.cat([torch.arange(-window, window + 1, device=device), powers, -powers])", "offsets = torch.cat([torch.arange(-window, window + 1, ), powers, -powers])"),
+    ("anchors = (torch.arange(n_global, device=device) * n_keys) // n_global  # [g]", "anchors = (torch.arange(n_global, device=None) * n_keys) // n_global  # [g]"),
+    ("anchors = (torch.arange(n_global, device=device) * n_keys) // n_global  # [g]", "anchors = (torch.arange(n_global, ) * n_keys) // n_global  # [g]"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "hida_fp", "FPHIDAǁforward", [
+    ("query_positions = self.positions(n_q, n_k, queries.device)", "query_positions = self.positions(n_q, n_k, None)"),
+    ("query_positions = self.positions(n_q, n_k, queries.device)", "query_positions = self.positions(n_q, n_k, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "hida_fp", "FPHIDAǁforward", [
+    ("mask, query_chunk=cfg.query_chunk, need_weights=need_weights,", "mask, need_weights=need_weights,"),
+], "query chunks are independent rows: the piece size changes no value")  # fmt: skip

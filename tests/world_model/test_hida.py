@@ -101,6 +101,14 @@ def test_fp_index_set_matches_its_definition_and_bound(n, causal):
         assert len(got) <= seed_fp_bound(n, w, g)  # seed 000 Thm 5.4
 
 
+def test_fp_index_sets_of_explicit_positions_beyond_now():
+    """Explicit positions past the newest key (p > n): the dyadic offsets stop at 2^⌈log2 n⌉,
+    so p - 2^(⌈log2 n⌉ + 1) is not in S (n = 5: 20 - 16 = 4 is not; n = 2: 3 - 2 = 1 is)."""
+    for p, n in ((20, 5), (3, 2)):
+        idx, valid = fp_index_set(torch.tensor([p]), n, 0, 1)
+        assert idx[0][valid[0]].tolist() == brute_index_set(p, n, 0, 1, False)
+
+
 def test_fp_query_at_now_sees_the_recent_past_and_the_dyadic_history():
     n = 1000
     idx, valid = fp_index_set(torch.tensor([n]), n, 4, 5, causal=True)
