@@ -157,3 +157,6 @@ _add(_M + "hida_fp", "FPHIDAǁforward", [
 _add(_M + "hida_fp", "FPHIDAǁforward", [
     ("mask, query_chunk=cfg.query_chunk, need_weights=need_weights,", "mask, need_weights=need_weights,"),
 ], "query chunks are independent rows: the piece size changes no value")  # fmt: skip
+_add(_M + "hida_fp", "fp_index_set", [
+    ("width = max(int(valid.sum(dim=1).max().item()), 1) if valid.numel() else 1", "width = max(int(valid.sum(dim=1).max().item()), 1) if valid.numel() else 2"),
+], "no queries: an index set of no rows, whose width no caller can read a value from")  # fmt: skip

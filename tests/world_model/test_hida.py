@@ -95,10 +95,13 @@ def test_fp_index_set_matches_its_definition_and_bound(n, causal):
     w, g = 3, 4
     positions = torch.arange(n + 1)  # includes p = n, a query at "now"
     idx, valid = fp_index_set(positions, n, w, g, causal)
+    sizes = []
     for p in range(n + 1):
         got = idx[p][valid[p]].tolist()
         assert got == brute_index_set(p, n, w, g, causal)
         assert len(got) <= seed_fp_bound(n, w, g)  # seed 000 Thm 5.4
+        sizes.append(len(got))
+    assert idx.shape[1] == max(sizes) and (idx[~valid] == 0).all()  # padded with index 0
 
 
 def test_fp_index_sets_of_explicit_positions_beyond_now():
@@ -430,7 +433,12 @@ def test_configs_and_inputs_get_one_clear_error():
         (lambda: DenseHIDAConfig(query_chunk=0), "^query_chunk must be an integer >= 1, got 0$"),
         (lambda: FPHIDAConfig(window=-1), "window must be"),
         (lambda: FPHIDAConfig(n_global=0), "n_global must be"),
-        (lambda: FPHIDAConfig(query_time="later"), "query_time must be"),
+        (lambda: FPHIDAConfig(query_time="later"), "^FPHIDAConfig.query_time must be one of"),
+        (lambda: FPHIDAConfig(query_chunk=0), "^query_chunk must be an integer >= 1, got 0$"),
+        (lambda: LHIDAConfig(n_anchors=None), "^n_anchors must be an integer >= 1, got None$"),
+        (lambda: DenseHIDA()(1.5 * q / q.norm(dim=-1, keepdim=True), k, v), "^queries must lie"),
+        (lambda: DenseHIDA()(q, 1.5 * k / k.norm(dim=-1, keepdim=True), v), "^keys must lie"),
+        (lambda: DenseHIDA(DenseHIDAConfig(metric="sphere"))(q, k, v), "^queries must be unit"),
         (lambda: LHIDAConfig(n_anchors=0), "^n_anchors must be an integer >= 1, got 0$"),
         (lambda: LHIDAConfig(dim=0), "^dim must be an integer >= 1, got 0$"),
         (lambda: LHIDAConfig(chunk=0), "^chunk must be an integer >= 1, got 0$"),
