@@ -4,6 +4,7 @@ __init__.py)."""
 from benchmarks.mutation_equivalent._table import (
     CPU_DEFAULT_DTYPE,
     DEVICE_ONLY,
+    LAST_OF_TWO,
     NEW_LAST_AXIS,
     Table,
 )
@@ -53,3 +54,92 @@ _add(_M + "context", "ContextBankǁvalid_mask", [
     ("return torch.ones(self.positions.shape[:2], dtype=torch.bool, device=self.positions.device)", "return torch.ones(self.positions.shape[:2], dtype=torch.bool, device=None)"),
     ("return torch.ones(self.positions.shape[:2], dtype=torch.bool, device=self.positions.device)", "return torch.ones(self.positions.shape[:2], dtype=torch.bool, )"),
 ], DEVICE_ONLY)  # fmt: skip
+
+# ---------------------------------------------------------------- covariant_types
+
+_add(_M + "covariant_types", "PreparedContextǁcat", [
+    ("for r, p in zip(rows, parts, strict=True)", f"for r, p in zip(rows, parts, {after})")
+    for after in ("strict=None", "", "strict=False")
+] + [
+    ("[o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)]", f"[o + p.charged_columns() for o, p in zip(offsets[:-1], parts, {after})]")
+    for after in ("strict=None", "", "strict=False")
+], "both sides of each zip have one element per part: rows is read from parts, and offsets "
+   "has one more (the end) than parts")  # fmt: skip
+_add(_M + "covariant_types", "PreparedContextǁcat", [
+    ("charged_index = torch.cat( / [o + p.charged_columns() for o, p in zip(offsets[:-1], parts, strict=True)] / )", "charged_index = None"),
+    ("charged_index=charged_index,", "charged_index=None,"),
+    ("charged_index=charged_index,", ""),
+], "without the parts' columns the joined bank finds its charged columns on first read "
+   "(charged_columns: charged in some row of the joined levels), the same columns: the parts' "
+   "columns, offset, only save that read")  # fmt: skip
+_add(_M + "covariant_types", "PreparedContextǁcat", [
+    ("charged=any(p.charged for p in parts),", ""),
+], "charged (default True) only skips work: a bank without charged entries screens none "
+   "(its charged columns are empty, the screening's index_add adds nothing)")  # fmt: skip
+_add(_M + "covariant_types", "charged_entry_columns", [
+    ("return (levels != MACRO_LEVEL).any(0).nonzero().squeeze(-1)", "return (levels != MACRO_LEVEL).any(0).nonzero().squeeze(+1)"),
+], "nonzero() of the 1-D row is [C, 1]: " + LAST_OF_TWO)  # fmt: skip
+
+_add(_M + "covariant_types", "PreparedContextǁmixture", [
+    ("sizes = [blk[0].shape[1] for blk in self.blocks]", "sizes = [blk[1].shape[1] for blk in self.blocks]"),
+], "a block's keys and values are both [1 or B, N_i, d_k]: the same N_i")  # fmt: skip
+_add(_M + "covariant_types", "PreparedContextǁmixture", [
+    ("parts = zip(w.split(sizes, dim=-1), self.blocks, strict=True)", f"parts = zip(w.split(sizes, dim=-1), self.blocks, {after})")
+    for after in ("strict=None", "", "strict=False")
+], "w is split into one chunk per block (sizes has one entry per block)")  # fmt: skip
+
+_add(_M + "covariant_types", "CovariantQueriesǁunchecked", [
+    ("setattr(queries, name, values.pop(name, default))", "setattr(queries, name, values.pop(name, None))"),
+], "every optional field's default is None; positions and features have none (MISSING): a "
+   "caller that omits one gets queries whose first use fails on the missing tensor either way")  # fmt: skip
+
+# ---------------------------------------------------------------- covariant
+
+_add(_M + "covariant", "CovariantAttentionǁlines_to_origin", [
+    ("eye = torch.eye(self.rep_dim, dtype=positions.dtype, device=positions.device)", "eye = torch.eye(self.rep_dim, dtype=positions.dtype, device=None)"),
+    ("eye = torch.eye(self.rep_dim, dtype=positions.dtype, device=positions.device)", "eye = torch.eye(self.rep_dim, dtype=positions.dtype, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁtemperature", [
+    ("device=positions.device,", "device=None,"),
+    ("device=positions.device, / )", ")"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁforward", [
+    ("levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)", "levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=None)"),
+    ("levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)", "levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, )"),
+], DEVICE_ONLY)  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁforward", [
+    ("levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)", "levels = torch.full(z.shape[:-1], cfg.query_level, dtype=None, device=z.device)"),
+    ("levels = torch.full(z.shape[:-1], cfg.query_level, dtype=torch.long, device=z.device)", "levels = torch.full(z.shape[:-1], cfg.query_level, device=z.device)"),
+], "query_level is a Python int (CovariantAttentionConfig checks it), so torch.full infers "
+   "int64: " + CPU_DEFAULT_DTYPE)  # fmt: skip
+
+# ---------------------------------------------------------------- covariant_gradient
+
+_add(_M + "covariant_gradient", "scalar_output_gradient", [
+    ("charged = (levels_c != MACRO_LEVEL).to(z.dtype)  # [Bc, C]", "charged = (levels_c != MACRO_LEVEL).to(None)  # [Bc, C]"),
+], "the bool flags multiply as 0/1 by type promotion (the area's and b's dtype): the same "
+   "products")  # fmt: skip
+_add(_M + "covariant_gradient", "scalar_output_gradient", [
+    ("logits = logits.index_add(-1, cols, -(sigma_q * area * charged))", "logits = logits.index_add(+1, cols, -(sigma_q * area * charged))"),
+], "the single queries' logits are [B, N]: " + LAST_OF_TWO)  # fmt: skip
+_add(_M + "covariant_gradient", "scalar_output_gradient", [
+    ("*chiral[2:], / )", ")"),
+], "queries.chiral's operator is chiral_operator(Pi) in the fields' dtype "
+   "(CovariantAttention.chiral_inputs); without it chiral_gate_vjp builds that same operator "
+   "from Pi")  # fmt: skip
+_add(_M + "covariant_gradient", "scalar_output_gradient", [
+    ("*chiral[2:],", "*chiral[3:],"),
+], "queries.chiral holds at most (Pi, degenerate, operator): dropping the operator, and "
+   "chiral_gate_vjp builds the same operator from Pi")  # fmt: skip
+_add(_M + "covariant_gradient", "scalar_output_gradient", [
+    ("b = weights * (a_values - (out * a).sum(-1, keepdim=True))  # [B, N]", "b = weights * (a_values - (out * a).sum(+1, keepdim=True))  # [B, N]"),
+    ("grad_z = (b * scores).sum(-1, keepdim=True) * sqrt_dk * z / tau.square()", "grad_z = (b * scores).sum(+1, keepdim=True) * sqrt_dk * z / tau.square()"),
+    ("grad_z = grad_z + lam * jq + (y * quad).sum(-1, keepdim=True) * lam.square() * z", "grad_z = grad_z + lam * jq + (y * quad).sum(+1, keepdim=True) * lam.square() * z"),
+], "out, a, y, quad are [B, k] and b, scores [B, N] (single queries): " + LAST_OF_TWO)  # fmt: skip
+_add(_M + "covariant_gradient", "scalar_output_gradient", [
+    ("z, pos_c, b[:, cols] * charged, lam, delta2", "z, pos_c, b[:, cols] * charged, None, delta2"),
+    ("z, pos_c, b[:, cols] * charged, lam, delta2", "z, pos_c, b[:, cols] * charged, lam, None"),
+    ("z, pos_c, b[:, cols] * charged, lam, delta2 / )", "z, pos_c, b[:, cols] * charged, lam, )"),
+], "weighted_string_area_grad recomputes a missing lambda(z) or |z - z'|^2 from z: the same "
+   "values (the arguments only reuse the area's; at most the order of autograd's sums in a "
+   "double backward differs, in the last bits, see the comment above lambda)")  # fmt: skip

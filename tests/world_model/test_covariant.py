@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from world_model.attention.covariant import (
     HeadOptions,
     PreparedContext,
 )
+from world_model.attention.covariant_types import check_context
 
 F64 = torch.float64
 D, FQ, FK, FV, FXV, DOUT = 3, 5, 4, 6, 2, 3
@@ -310,6 +312,15 @@ def test_head_equals_its_definition_pair_by_pair(wilson):
     torch.testing.assert_close(rec.weights, ref_w, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(head.scores(q, bank), rec.scores, rtol=1e-12, atol=1e-12)
+    # the record's other fields: lambda(z) = 2 / (1 - |z|^2), tau = sqrt(d_k) / lambda (Thm 99)
+    lam = 2 / (1 - q.positions.square().sum(-1))
+    torch.testing.assert_close(rec.conformal, lam, rtol=1e-14, atol=0)
+    torch.testing.assert_close(rec.tau, 4.0 / lam, rtol=1e-14, atol=0)
+    torch.testing.assert_close(rec.logits, rec.scores * lam.unsqueeze(-1) / 4.0)
+    projectors, degenerate = head.chiral_projector(q.value_grad)
+    assert torch.equal(rec.projectors, projectors) and torch.equal(rec.degenerate, degenerate)
+    assert torch.equal(rec.query_levels, q.levels) and torch.equal(rec.entry_levels, bank.levels)
+    assert torch.equal(rec.mask, bank.mask) and rec.d_k == 16
 
 
 def test_full_and_factorized_quadratic_query_terms():
@@ -471,14 +482,17 @@ def test_masked_rows_give_zero_output_and_no_nan():
 
 @pytest.mark.parametrize("christoffel", CHRISTOFFEL_MODES)
 def test_gradients_reach_every_parameter(christoffel):
-    head = make_head(christoffel=christoffel, **FULL_OPTIONS)
-    bank, q = make_bank(), make_queries()  # macro and texture queries and entries
-    out, _ = head(q, bank)
-    names, params = zip(*head.named_parameters(), strict=True)
-    grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
-    dead = [n for n, g in zip(names, grads, strict=True) if g is None or g.abs().sum() == 0]
-    assert not dead, dead
-    assert all(torch.isfinite(g).all() for g in grads)
+    """With every optional query term and without them (no W_Qv, no W_Qzv: a head has only the
+    parameters its terms use)."""
+    for options in (FULL_OPTIONS, {}):
+        head = make_head(christoffel=christoffel, **options)
+        bank, q = make_bank(), make_queries()  # macro and texture queries and entries
+        out, _ = head(q, bank)
+        names, params = zip(*head.named_parameters(), strict=True)
+        grads = torch.autograd.grad(out.square().sum(), params, allow_unused=True)
+        dead = [n for n, g in zip(names, grads, strict=True) if g is None or g.abs().sum() == 0]
+        assert not dead, dead
+        assert all(torch.isfinite(g).all() for g in grads)
 
 
 def test_float64_gradcheck_on_a_small_head():
@@ -575,6 +589,7 @@ def test_inverse_distance_kernel_is_hida_on_the_positions():
     torch.testing.assert_close(rec.weights, w, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(out, head.w_o(ref), rtol=1e-9, atol=1e-12)
     assert rec.tau is None
+    assert rec.projectors is None and rec.degenerate is None  # no value gradient: no gate
 
 
 def test_krr_kernel_is_kernel_ridge_regression_on_the_transported_fields():
@@ -756,6 +771,7 @@ def test_a_shared_and_a_per_sample_bank_joined_after_preparing_equal_the_joined_
                 torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13)
             for name in ("key_fields", "keys", "values", "lines", "positions", "levels", "mask"):
                 torch.testing.assert_close(getattr(parts, name), getattr(whole, name))
+            assert parts.keys is parts.keys and parts.lines is parts.lines  # joined once
 
 
 # --------------------------------------------------------------------------- checks at their edges
@@ -937,3 +953,289 @@ def test_single_queries_with_given_lines_equal_computed_lines():
     torch.testing.assert_close(rec_g.weights, rec.weights, rtol=0, atol=0)
     eye = torch.eye(lines.shape[-1], dtype=F64).expand_as(lines)
     assert not torch.allclose(head(single, bank, query_lines=eye)[0], out)
+
+
+def _exact(message: str) -> str:
+    """A pytest.raises pattern that matches `message` and nothing more."""
+    return "^" + re.escape(message) + "$"
+
+
+def test_config_and_bank_checks_raise_their_exact_messages():
+    """Each check of HeadOptions, CovariantAttentionConfig and ContextBank with its whole
+    message (values in it included), and the nearest values each check accepts."""
+    base = dict(d=D, d_query=FQ, d_key=FK, d_value=FV, d_out=DOUT)
+    bad = [
+        (dict(d_k=10, n_colors=2), "HeadOptions.d_k = 10 must be a multiple of 4 * n_colors = 8 "
+         "(C^n_colors (x) C^2 (x) C^m, realified)"),
+        (dict(d_k=True), "HeadOptions.d_k must be an int >= 1, got True"),
+        (dict(n_colors=0), "HeadOptions.n_colors must be an int >= 1, got 0"),
+        (dict(segments=0), "HeadOptions.segments must be an int >= 1, got 0"),
+        (dict(rank=0), "HeadOptions.rank must be an int >= 1, got 0"),
+        (dict(screening=1), "HeadOptions.screening must be a bool, got 1"),
+        (dict(ida_eps=0.0), "HeadOptions needs ida_eps > 0 and krr_lambda > 1e-4"),
+        (dict(string_tension=(1.0, -0.1)), "HeadOptions.string_tension must be finite and >= 0"),
+        (dict(g_s=math.inf), "HeadOptions.g_s must be finite"),
+        (dict(chirality=math.nan), "HeadOptions.chirality must be finite"),
+        (dict(connection_init_std=-1e-9), "HeadOptions.connection_init_std must be >= 0"),
+        (dict(d=0), "CovariantAttentionConfig.d must be an int >= 1, got 0"),
+        (dict(d_out=0), "CovariantAttentionConfig.d_out must be an int >= 1, got 0"),
+        (dict(d_velocity_features=-1),
+         "CovariantAttentionConfig.d_velocity_features must be an int >= 0"),
+        (dict(n_levels=0), "CovariantAttentionConfig.n_levels must be an int >= 1"),
+        (dict(string_tension=(1.0,)), "CovariantAttentionConfig: options.string_tension needs "
+         "one sigma per level (2), got 1"),
+        (dict(query_level=2), "CovariantAttentionConfig.query_level must lie in [0, 1]"),
+    ]  # fmt: skip
+    for overrides, message in bad:
+        with pytest.raises(ValueError, match=_exact(message)):
+            head_config(**{**base, **overrides})
+    with pytest.raises(ValueError, match="^HeadOptions\\.wilson must be one of .*'second_order'$"):
+        head_config(**base, wilson="second_order")
+    with pytest.raises(ValueError, match=_exact("CovariantAttentionConfig.options must be a "
+                                                "HeadOptions")):  # fmt: skip
+        CovariantAttentionConfig(**base, options=dict(d_k=16))
+    one_level = head_config(**base, n_levels=1, string_tension=(0.5,), query_level=0)
+    assert one_level.n_levels == 1 and one_level.options.string_tension == (0.5,)
+
+    bank = make_bank()
+    pos, kf, vf, lv = bank.positions, bank.key_features, bank.value_features, bank.levels
+    unit = torch.zeros(2, 7, D, dtype=F64)
+    unit[1, 3, 0] = 1.0  # |z| = 1 exactly: outside the open ball
+    cases = [
+        (lambda: ContextBank(pos[0], kf, vf, lv),
+         "ContextBank.positions must be [B, N, d], got shape (7, 3)"),
+        (lambda: ContextBank(pos[None], kf, vf, lv),
+         "ContextBank.positions must be [B, N, d], got shape (1, 2, 7, 3)"),
+        (lambda: ContextBank(pos, kf[:, :3], vf, lv),
+         "ContextBank.key_features must be [B, N, F] with B, N = 2, 7, got shape (2, 3, 4)"),
+        (lambda: ContextBank(pos, kf, vf[..., 0], lv),
+         "ContextBank.value_features must be [B, N, F] with B, N = 2, 7, got shape (2, 7)"),
+        (lambda: ContextBank(pos, kf, vf.float(), lv),
+         "ContextBank.value_features has dtype torch.float32, positions torch.float64"),
+        (lambda: ContextBank(pos, kf, vf, lv[:, :3]),
+         "ContextBank.levels must be [B, N] = [2, 7], got (2, 3)"),
+        (lambda: ContextBank(pos, kf, vf, lv.bool()),
+         "ContextBank.levels must be an integer tensor, got torch.bool"),
+        (lambda: ContextBank(pos, kf, vf, lv.double()),
+         "ContextBank.levels must be an integer tensor, got torch.float64"),
+        (lambda: ContextBank(pos, kf, vf, -lv),
+         "ContextBank.levels must be >= 0 (0 = macro, L = texture)"),
+        (lambda: ContextBank(pos, kf, vf, lv, torch.ones(2, 7)),
+         "ContextBank.mask must be a bool [B, N] = [2, 7] tensor, got torch.float32 (2, 7)"),
+        (lambda: ContextBank(pos, kf, vf, lv, bank.mask[:, :3]),
+         "ContextBank.mask must be a bool [B, N] = [2, 7] tensor, got torch.bool (2, 3)"),
+        (lambda: ContextBank(unit, kf, vf, lv),
+         "ContextBank.positions must be finite points inside the unit ball (max |z| = 1)"),
+        (lambda: bank.expand(4), "cannot broadcast a bank of batch size 2 to 4"),
+        (lambda: ContextBank.cat([]), "ContextBank.cat needs at least one bank"),
+        (lambda: ContextBank.cat([bank, make_bank(b=3)]),
+         "ContextBank.cat: incompatible batch sizes [2, 3]"),
+        (lambda: ContextBank.cat([bank, ContextBank(pos, kf[..., :2], vf, lv)]),
+         "ContextBank.cat: banks disagree on (d, F_k, F_v): [(3, 2, 6), (3, 4, 6)]"),
+    ]  # fmt: skip
+    for call, message in cases:
+        with pytest.raises(ValueError, match=_exact(message)):
+            call()
+    empty = ContextBank(pos[:, :0], kf[:, :0], vf[:, :0], lv[:, :0])  # N = 0: nothing to check
+    assert empty.size == 0
+    check_context(make_head().config, empty)
+
+
+def test_query_and_head_checks_raise_their_exact_messages():
+    """Each check of CovariantQueries, of the head's inputs and of the closed-form gradient
+    with its whole message."""
+    q = make_queries(q=4)  # B, Q, d = 2, 4, 3: each size its own number in the messages
+    unit = torch.zeros(2, 4, D, dtype=F64)
+    unit[0, 2, 1] = -1.0
+    cases = [
+        (lambda: CovariantQueries(q.positions[0, 0], q.features[0, 0]),
+         "CovariantQueries.positions must be [B, d] or [B, Q, d], got (3,)"),
+        (lambda: CovariantQueries(q.positions[None], q.features[None]),
+         "CovariantQueries.positions must be [B, d] or [B, Q, d], got (1, 2, 4, 3)"),
+        (lambda: CovariantQueries(q.positions, q.features[:, :2]),
+         "CovariantQueries.features must have leading shape (2, 4), got (2, 2, 5)"),
+        (lambda: CovariantQueries(q.positions, q.features, value_grad=q.value_grad[:, 0]),
+         "CovariantQueries.value_grad must have leading shape (2, 4), got (2, 3)"),
+        (lambda: CovariantQueries(q.positions, q.features, velocity=q.velocity.float()),
+         "CovariantQueries.velocity has dtype torch.float32, not torch.float64"),
+        (lambda: CovariantQueries(q.positions, q.features, levels=q.levels.float()),
+         "CovariantQueries.levels must be an integer tensor of shape (2, 4), got torch.float32 "
+         "(2, 4)"),
+        (lambda: CovariantQueries(q.positions, q.features, levels=q.levels.bool()),
+         "CovariantQueries.levels must be an integer tensor of shape (2, 4), got torch.bool "
+         "(2, 4)"),
+        (lambda: CovariantQueries(q.positions, q.features, levels=q.levels[:, :2]),
+         "CovariantQueries.levels must be an integer tensor of shape (2, 4), got torch.int64 "
+         "(2, 2)"),
+        (lambda: CovariantQueries(q.positions, q.features, velocity=q.velocity[..., :2]),
+         "CovariantQueries.velocity must have last dim d = 3"),
+        (lambda: CovariantQueries(q.positions, q.features, value_grad=q.value_grad[..., :2]),
+         "CovariantQueries.value_grad must have last dim d = 3"),
+        (lambda: CovariantQueries(unit, q.features),
+         "CovariantQueries.positions must be finite points inside the unit ball (max |z| = 1)"),
+    ]  # fmt: skip
+    for call, message in cases:
+        with pytest.raises(ValueError, match=_exact(message)):
+            call()
+    with pytest.raises(TypeError, match=_exact("unknown CovariantQueries fields ['speed']")):
+        CovariantQueries.unchecked(positions=q.positions, speed=q.velocity)
+
+    bank, q = make_bank(), make_queries()
+    pos, kf, vf, lv = bank.positions, bank.key_features, bank.value_features, bank.levels
+    head, potential = make_head(), _potential_head()
+    single = CovariantQueries(q.positions[:, 0], q.features[:, 0])
+    cases = [
+        (lambda: make_head(screening=False).string_tension(),
+         "this head has no area-law screening (HeadOptions.screening off)"),
+        (lambda: make_head(d_velocity_features=FXV)(make_queries(velocity=False), bank),
+         "this head has a W_Qv term: pass queries.velocity_features"),
+        (lambda: make_head(query_velocity=False)(q, bank),
+         "this head was built with query_velocity=False: pass no velocity"),
+        (lambda: head(CovariantQueries(q.positions, q.features, levels=q.levels + 1), bank),
+         "query levels must lie in [0, 1]"),
+        (lambda: head(CovariantQueries(q.positions, q.features, levels=q.levels - 1), bank),
+         "query levels must lie in [0, 1]"),
+        (lambda: head(q, ContextBank(pos[..., :2], kf, vf, lv)),
+         "context positions have d = 2, the head expects 3"),
+        (lambda: head(q, ContextBank(pos, torch.cat([kf, kf], -1), vf, lv)),
+         "context key_features have 8 features, the head expects d_key = 4"),
+        (lambda: head(q, ContextBank(pos, kf, vf[..., :2], lv)),
+         "context value_features have 2 features, the head expects d_value = 6"),
+        (lambda: head(q, ContextBank(pos, kf, vf, lv + 1)),
+         "context levels must lie in [0, 1] (n_levels = 2)"),
+        (lambda: head(make_queries(b=3), bank),
+         "context batch size 2 must be 1 (shared) or equal the queries' 3"),
+        (lambda: head(CovariantQueries(q.positions[..., :2], q.features), bank),
+         "queries have d = 2, the head expects 3"),
+        (lambda: head(CovariantQueries(q.positions, q.features[..., :4]), bank),
+         "queries have 4 features, the head expects d_query = 5"),  # 4: not B, Q or d
+        (lambda: _potential_head(kernel="krr").scalar_output_gradient(single, head.prepare(bank)),
+         "this head's configuration has no closed-form gradient"),
+        (lambda: potential.scalar_output_gradient(
+            CovariantQueries(q.positions[:, :1], q.features[:, :1]), potential.prepare(bank)),
+         "scalar_output_gradient takes single queries without velocity"),
+        (lambda: PreparedContext.cat([make_head(kernel="krr").prepare(bank)] * 2),
+         "PreparedContext.cat: KRR banks must be prepared joined"),
+    ]  # fmt: skip
+    for call, message in cases:
+        with pytest.raises(ValueError, match=_exact(message)):
+            call()
+
+
+def test_joined_banks_keep_each_parts_mask_and_mass():
+    """ContextBank.cat joins the masks (None only when no part has one); PreparedContext.cat
+    joins masks and masses (a part without reads all valid, mass 1) and contracts part by part
+    only where batch sizes differ: weights ∝ m_j exp(l_j) over the joined mask, written out."""
+    a, b = make_bank(seed=1), make_bank(seed=3)
+    b.mask[1, 2] = False
+    assert torch.equal(ContextBank.cat([a, b]).mask, torch.cat([a.mask, b.mask], 1))
+    assert ContextBank.cat([make_bank(mask=False), make_bank(mask=False, seed=3)]).mask is None
+    one = make_bank(b=1, seed=6)  # its mask drops the last entry
+    wide = one.expand(3)
+    for name in ("positions", "key_features", "value_features", "levels", "mask"):
+        t = getattr(one, name)
+        assert torch.equal(getattr(wide, name), t.expand(3, *t.shape[1:]))
+    head = make_head(screening=False)
+    assert PreparedContext.cat([head.prepare(a), head.prepare(b)]).blocks is None  # same batch
+    shared, window = make_bank(b=1, n=5, mask=False, seed=4), make_bank(b=2, n=3, seed=5)
+    keep = torch.tensor([[True, False, True, True, False], [False, True, True, True, True]])
+    log_mass = torch.randn(2, 5, generator=torch.Generator().manual_seed(22), dtype=F64)
+    parts = [head.prepare(shared).within(keep, log_mass), head.prepare(window)]
+    q = make_queries(b=2, q=3)
+    _, rec = head(q, PreparedContext.cat(parts))
+    allowed = torch.cat([keep, window.mask], 1).unsqueeze(-2)  # [B, 1, N]
+    masses = torch.cat([log_mass, torch.zeros(2, 3, dtype=F64)], 1).unsqueeze(-2)
+    ref = torch.exp(rec.logits + masses) * allowed
+    torch.testing.assert_close(rec.weights, ref / ref.sum(-1, keepdim=True), rtol=1e-12, atol=0)
+    _, rec = head(q, PreparedContext.cat(parts[::-1]))  # the mass-less part first
+    ref = torch.exp(rec.logits + masses.roll(3, -1)) * allowed.roll(3, -1)
+    torch.testing.assert_close(rec.weights, ref / ref.sum(-1, keepdim=True), rtol=1e-12, atol=0)
+
+
+def test_a_per_sample_precomputed_chiral_projector_equals_the_value_gradients():
+    """queries.chiral computed for each sample of a batch of single queries (not shared): the
+    same output, projectors and degenerate flags as the value gradients it was computed from."""
+    head = make_head(chirality=0.7, query_velocity=False)
+    bank = make_bank(b=1)
+    q = make_queries(b=4, q=1, velocity=False, levels=False)
+    z, x, vg = q.positions[:, 0], q.features[:, 0], q.value_grad[:, 0]
+    ref, ref_rec = head(CovariantQueries(z, x, value_grad=vg), bank)
+    for chiral in (head.chiral_projector(vg), head.chiral_inputs(vg)):
+        out, rec = head(CovariantQueries(z, x, chiral=chiral), bank)
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-14)
+        assert torch.equal(rec.projectors, ref_rec.projectors)
+        assert torch.equal(rec.degenerate, ref_rec.degenerate)
+    # one unbatched value gradient [d] (leading dims [], broadcast to every sample)
+    ref, ref_rec = head(CovariantQueries(z, x, value_grad=vg[:1].expand(4, -1)), bank)
+    for chiral in (head.chiral_projector(vg[0]), head.chiral_inputs(vg[0])):
+        out, rec = head(CovariantQueries(z, x, chiral=chiral), bank)
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-14)
+        assert torch.equal(rec.degenerate.expand(4, 1), ref_rec.degenerate)
+
+
+def test_charged_entries_of_a_prepared_bank_built_without_its_index():
+    """A PreparedContext built without charged_index (None: not yet read) finds its charged
+    columns on first read: the entries whose level is not macro in some row, a loop over the
+    entries; their positions and levels are those columns, read once."""
+    bank = make_bank(b=2, n=6)
+    for levels in (
+        torch.tensor([[0, 1, 0, 2, 0, 0], [0, 0, 0, 1, 1, 0]]),  # charged in one row or both
+        torch.tensor([[0, 0, 3, 0, 0, 0], [0, 0, 0, 0, 0, 0]]),  # a single charged column
+    ):
+        prepared = PreparedContext(bank.positions, levels, None, None, None, None, None)
+        want = [j for j in range(6) if any(int(levels[b, j]) != 0 for b in range(2))]
+        cols, pos_c, levels_c = prepared.charged_entries()
+        assert cols.dtype == torch.long and cols.tolist() == want
+        assert torch.equal(prepared.charged_columns(), cols)
+        assert torch.equal(pos_c, bank.positions[:, want])
+        assert torch.equal(levels_c, levels[:, want])
+        assert prepared.charged_entries()[0] is cols
+
+
+def test_initial_parameters_have_their_documented_scales():
+    """At construction: sigma(l) = string_tension and kappa = chirality exactly; the
+    connection's coefficients with std connection_init_std, the rank-R factors with std
+    1 / sqrt(d) and the full quadratic tensors with std 1 / d (sample stds of a large head,
+    within 15%)."""
+    d, tension = 8, (0.25, 0.0625, 1.0)  # exact squares of exact roots in float32
+    common = dict(d=d, d_k=32, n_colors=2, connection_init_std=0.25, string_tension=tension,
+                  n_levels=3, chirality=0.625, position_velocity=True, rank=4)  # fmt: skip
+    fact, full = make_head(**common), make_head(christoffel="full", **common)
+    assert fact.string_tension().tolist() == list(tension)
+    assert fact.chirality_strength.item() == 0.625
+    connection = torch.cat([fact.connection_c0.flatten(), fact.connection_c1.flatten()])
+    assert abs(connection.std().item() / 0.25 - 1) < 0.15
+    for name in ("q_gamma_u", "q_gamma_v", "q_zv_u", "q_zv_v"):
+        assert abs(fact.get_parameter(name).std().item() * d**0.5 - 1) < 0.15, name
+    for name in ("w_q_gamma", "w_q_zv"):
+        assert abs(full.get_parameter(name).std().item() * d - 1) < 0.15, name
+
+
+def test_constant_temperature_is_sqrt_d_k_in_the_positions_dtype():
+    """temperature "constant": tau = sqrt(d_k) at every query, in the positions' dtype (d_k = 8:
+    sqrt(8) is not exact in float32)."""
+    head = make_head(temperature="constant", d_k=8)
+    z = make_queries().positions  # [2, 3, d], float64
+    assert torch.equal(head.temperature(z), torch.full((2, 3), math.sqrt(8), dtype=F64))
+    assert torch.equal(head.temperature(z[:, 0]), torch.full((2,), math.sqrt(8), dtype=F64))
+
+
+def test_closed_form_gradient_with_entries_charged_in_some_rows_only():
+    """A per-sample bank whose entries are colour-charged in some rows and macro in others:
+    Phi and dPhi/dz, dPhi/dx equal the head's output and autograd's."""
+    head = _potential_head(wilson="exp", christoffel="poincare")
+    bank = make_bank(b=4, n=7)
+    levels = bank.levels.clone()
+    levels[0] = 0  # row 0 all macro; rows 1-3 differ at entries 0-2
+    levels[1, :3] = torch.tensor([1, 0, 1])
+    levels[2, :3] = 1
+    bank = ContextBank(bank.positions, bank.key_features, bank.value_features, levels, bank.mask)
+    q = make_queries(b=4, q=1, velocity=False, levels=False)
+    zr, xr = q.positions[:, 0].clone().requires_grad_(True), q.features[:, 0].requires_grad_(True)
+    queries = CovariantQueries(zr, xr, value_grad=q.value_grad[:, 0])
+    ref, _ = head(queries, head.prepare(bank))
+    gz, gx = torch.autograd.grad(ref.sum(), (zr, xr))
+    phi, cz, cx, _ = head.scalar_output_gradient(queries, head.prepare(bank))
+    torch.testing.assert_close(phi, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(cz, gz, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(cx, gx, rtol=1e-9, atol=1e-11)

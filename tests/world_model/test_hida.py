@@ -142,6 +142,10 @@ def test_fp_equals_dense_masked_to_the_index_set(query_time, causal):
     )
     torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
     torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
+    out, w = op(q, k, v)  # no user mask: the index sets alone (their padding never attended)
+    ref_out, ref_w = ida.inverse_distance_attention(q, k, v, 0.02, "poincare", index_mask)
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(w, ref_w, rtol=1e-12, atol=1e-13)
 
 
 def test_fp_with_a_window_covering_everything_is_dense_and_batches():
