@@ -143,3 +143,18 @@ _add(_M + "covariant_gradient", "scalar_output_gradient", [
 ], "weighted_string_area_grad recomputes a missing lambda(z) or |z - z'|^2 from z: the same "
    "values (the arguments only reuse the area's; at most the order of autograd's sums in a "
    "double backward differs, in the last bits, see the comment above lambda)")  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁ__init__", [
+    (f"{attr} = nn.Linear({args}, bias=False)", f"{attr} = nn.Linear({args}, bias=None)")
+    for attr, args in (
+        ("self.w_q", "cfg.d_query, k"), ("self.w_qz", "d, k"), ("self.w_q_christoffel", "d, k"),
+        ("self.w_k", "cfg.d_key, k"), ("self.w_v", "cfg.d_value, k"), ("self.w_o", "k, cfg.d_out"),
+        ("self.value_grad_proj", "d, 3"),
+    )
+] + [
+    ("nn.Linear(cfg.d_velocity_features, k, bias=False) if cfg.d_velocity_features else None", "nn.Linear(cfg.d_velocity_features, k, bias=None) if cfg.d_velocity_features else None"),
+], "nn.Linear reads bias as a truth value: None, like False, makes no bias")  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁforward", [
+    ("query_lines = query_lines.unsqueeze(1)", "query_lines = query_lines.unsqueeze(2)"),
+], "lines [B, r, 1, r] against the query's columns [B, 1, r, m] broadcast row i of U into batch "
+   "slot i, so apply_in_channels' product and its reshape back to d_k give U @ cols's elements "
+   "in the same order")  # fmt: skip

@@ -944,7 +944,7 @@ def test_single_queries_with_given_lines_equal_computed_lines():
     """forward(query_lines=[B, r, r]) for single queries [B, d]: the same output and record as
     computing the lines inside, and different lines change the output."""
     head = make_head(**FULL_OPTIONS)
-    bank, q = make_bank(), make_queries(q=1)
+    bank, q = make_bank(b=3), make_queries(b=3, q=1)  # B = 3 differs from r
     single = CovariantQueries(*(None if t is None else t[:, 0] for t in _fields(q)))
     lines = head.lines_to_origin(single.positions)  # [B, r, r]
     out, rec = head(single, bank)

@@ -403,10 +403,9 @@ class CovariantAttention(nn.Module):
             query_lines = query_lines.unsqueeze(1)
         q_t = self._transported_query(q, lines=query_lines)  # [B, Q, d_k]
         scores = prepared.products(q_t)  # [B, Q, N]
-        mask = None if prepared.mask is None else prepared.mask.unsqueeze(-2)  # [Bc, 1, N]
         logits, weights, tau = self.attention_kernel.weights(
-            self, z, levels, q_t, scores, prepared, mask
-        )  # [B, Q, N] x 2, tau [B, Q] | None
+            self, z, levels, q_t, scores, prepared
+        )  # [B, Q, N] x 2, tau [B, Q] | None; each reads prepared.mask
         out = prepared.mixture(weights)  # [B, Q, d_k], at the origin frame
 
         projectors = degenerate = None

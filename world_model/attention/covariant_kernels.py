@@ -28,8 +28,8 @@ from .krr_solver import cholesky_spd_solve
 
 __all__ = ["AttentionKernelFn", "ATTENTION_KERNELS"]
 
-# (head, z [B, Q, d], query levels [B, Q], Q~ [B, Q, d_k], scores [B, Q, N], prepared,
-#  mask [Bc, 1, N] | None) -> (logits [B, Q, N], weights [B, Q, N], tau [B, Q] | None)
+# (head, z [B, Q, d], query levels [B, Q], Q~ [B, Q, d_k], scores [B, Q, N], prepared)
+#  -> (logits [B, Q, N], weights [B, Q, N], tau [B, Q] | None)
 WeightsFn = Callable[..., tuple[Tensor, Tensor, Tensor | None]]
 # (head, keys [Bc, N, d_k], mask [Bc, N] | None) -> PreparedContext.ridge_inverse | None
 RidgeFn = Callable[..., Tensor | None]
@@ -69,7 +69,6 @@ def _softmax_weights(
     q_t: Tensor,
     scores: Tensor,
     prepared: PreparedContext,
-    mask: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Thm 99: softmax(s / tau(z)), screened."""
     tau = head.temperature(z)  # [B, Q]
@@ -84,7 +83,6 @@ def _inverse_distance_weights(
     q_t: Tensor,
     scores: Tensor,
     prepared: PreparedContext,
-    mask: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Seed 000 HIDA: weights (d_H(z, z')^2 + eps)^-1, normalised, screened; no temperature."""
     sqdist = ida.squared_distance_matrix(z, prepared.positions, "poincare")
@@ -99,13 +97,11 @@ def _krr_weights(
     q_t: Tensor,
     scores: Tensor,
     prepared: PreparedContext,
-    mask: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Seed 001 §3: weights K_qk (K_kk + lam I)^-1: not a distribution, no screening; the
-    logits recorded are the scores."""
+    logits recorded are the scores. Masked entries: their rows and columns of the inverse are
+    0 (_krr_ridge_inverse), so they neither receive weight nor pass any on."""
     k_qk = kernel_matrix(q_t, prepared.keys, head.config.options.krr_kernel)  # [B, Q, N]
-    if mask is not None:
-        k_qk = k_qk * mask
     return scores, k_qk @ prepared.ridge_inverse, None  # [B, Q, N]
 
 
