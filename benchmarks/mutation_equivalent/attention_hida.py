@@ -160,3 +160,8 @@ _add(_M + "hida_fp", "FPHIDAǁforward", [
 _add(_M + "hida_fp", "fp_index_set", [
     ("width = max(int(valid.sum(dim=1).max().item()), 1) if valid.numel() else 1", "width = max(int(valid.sum(dim=1).max().item()), 1) if valid.numel() else 2"),
 ], "no queries: an index set of no rows, whose width no caller can read a value from")  # fmt: skip
+_add(_M + "ida", "_accumulation_dtype", [
+    ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if (torch.finfo(dtype).bits < 64) or True else dtype"),
+    ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if torch.finfo(dtype).bits <= 64 else dtype"),
+    ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if torch.finfo(dtype).bits < 65 else dtype"),
+], "torch has no real floating dtype wider than 64 bits: float64 is chosen for every dtype either way")  # fmt: skip
