@@ -165,3 +165,10 @@ _add(_M + "ida", "_accumulation_dtype", [
     ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if torch.finfo(dtype).bits <= 64 else dtype"),
     ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if torch.finfo(dtype).bits < 65 else dtype"),
 ], "torch has no real floating dtype wider than 64 bits: float64 is chosen for every dtype either way")  # fmt: skip
+_add(_M + "hida_common", "query_chunks", [
+    ("return [slice(start, start + chunk) for start in range(0, n_q, chunk)] or [slice(0, 0)]", f"return [slice(start, start + chunk) for start in range(0, n_q, chunk)] or [{empty}]")
+    for empty in ("slice(None, 0)", "slice(0, None)", "slice(0)", "slice(0, )", "slice(1, 0)", "slice(0, 1)")
+], "the fallback serves n_q = 0 only, where every slice of the empty query axis is empty")  # fmt: skip
+_add(_M + "hida_common", "cat_rows", [
+    ("return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)", "return parts[0] if (len(parts) == 1) and False else torch.cat(parts, dim=-2)"),
+], "cat of a single part is a copy of it: the same values (the branch only saves the copy)")  # fmt: skip
