@@ -158,3 +158,7 @@ _add(_M + "covariant", "CovariantAttentionǁforward", [
 ], "lines [B, r, 1, r] against the query's columns [B, 1, r, m] broadcast row i of U into batch "
    "slot i, so apply_in_channels' product and its reshape back to d_k give U @ cols's elements "
    "in the same order")  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁforward", [
+    ("out, projectors, cfg.options.n_colors, self.chirality_strength, *operator / )", "out, projectors, cfg.options.n_colors, self.chirality_strength, )"),
+], "the precomputed operator is chiral_operator(Pi) in the fields' dtype; without it chiral_gate "
+   "builds the same operator from the projectors")  # fmt: skip
