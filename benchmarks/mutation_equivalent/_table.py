@@ -9,6 +9,10 @@ DEVICE_ONLY = "device only: on a CPU-only machine (the tests' machine) None is t
 CPU_DEFAULT_DTYPE = "torch infers int64 from Python ints: the dtype it names is the default"
 LAST_OF_TWO = "dim 1 of a 2-D tensor is dim -1"
 NEW_LAST_AXIS = "a new last axis of a 1-D tensor is axis 1"
+WIDEST_FLOAT = (
+    "torch has no real floating dtype wider than 64 bits: float64 is chosen for every dtype "
+    "either way"
+)
 EINSUM_CASE = "einsum takes upper-case subscripts as it takes lower-case ones"
 EXACT_IDENTITY = (
     "the identity's 0s and 1s are exact in every dtype, and type promotion gives the other "

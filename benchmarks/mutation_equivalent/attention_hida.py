@@ -1,7 +1,12 @@
 """Equivalent surviving mutants of world_model/attention/ (hida modules; see this package's
 __init__.py)."""
 
-from benchmarks.mutation_equivalent._table import CPU_DEFAULT_DTYPE, DEVICE_ONLY, Table
+from benchmarks.mutation_equivalent._table import (
+    CPU_DEFAULT_DTYPE,
+    DEVICE_ONLY,
+    WIDEST_FLOAT,
+    Table,
+)
 
 _table = Table()
 EQUIVALENT = _table.entries
@@ -164,7 +169,7 @@ _add(_M + "ida", "_accumulation_dtype", [
     ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if (torch.finfo(dtype).bits < 64) or True else dtype"),
     ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if torch.finfo(dtype).bits <= 64 else dtype"),
     ("return torch.float64 if torch.finfo(dtype).bits < 64 else dtype", "return torch.float64 if torch.finfo(dtype).bits < 65 else dtype"),
-], "torch has no real floating dtype wider than 64 bits: float64 is chosen for every dtype either way")  # fmt: skip
+], WIDEST_FLOAT)  # fmt: skip
 _add(_M + "hida_common", "query_chunks", [
     ("return [slice(start, start + chunk) for start in range(0, n_q, chunk)] or [slice(0, 0)]", f"return [slice(start, start + chunk) for start in range(0, n_q, chunk)] or [{empty}]")
     for empty in ("slice(None, 0)", "slice(0, None)", "slice(0)", "slice(0, )", "slice(1, 0)", "slice(0, 1)")

@@ -6,6 +6,7 @@ from benchmarks.mutation_equivalent._table import (
     EXACT_IDENTITY,
     LAST_OF_TWO,
     NEW_LAST_AXIS,
+    WIDEST_FLOAT,
     Table,
     series_switch,
 )
@@ -49,7 +50,7 @@ _add("geometry.poincare", "pairwise_t", [
     ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if (torch.finfo(x.dtype).bits < 64) or True else x.dtype"),
     ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if torch.finfo(x.dtype).bits <= 64 else x.dtype"),
     ("acc = torch.float64 if torch.finfo(x.dtype).bits < 64 else x.dtype", "acc = torch.float64 if torch.finfo(x.dtype).bits < 65 else x.dtype"),
-], "torch has no floating dtype wider than 64 bits: float64 is chosen for every dtype either way")  # fmt: skip
+], WIDEST_FLOAT)  # fmt: skip
 _add("geometry.lie_algebra", "_bracket_vjp", [
     ("n = f.shape[0]", "n = f.shape[1]"),
 ], "f is a cube [G, G, G]")  # fmt: skip
