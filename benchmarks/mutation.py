@@ -54,10 +54,15 @@ PACKAGES = {
     ),
     "memory": Package("world_model/memory", ("tests/world_model/memory",)),
 }
-# Functions that run only inside ranks a test spawns (torch.multiprocessing): mutmut records
+# Functions that run only in processes a test spawns (ranks, a fresh interpreter): mutmut records
 # which tests call a function in the pytest process alone, so it maps these to no test. They are
 # mapped here by hand to the tests that spawn them and run in a second pass.
 SPAWNED = {
+    # the fused kernel runs under triton's interpreter only in a fresh process (TRITON_INTERPRET
+    # is read at import), which the interpreter test spawns
+    "attention": {
+        "world_model.attention.triton_ida.x_fused_inverse": "tests/world_model/test_triton_ida.py"
+    },
     "memory": {
         "world_model.memory.gsr_distributed.": "tests/world_model/memory/test_gsr_distributed.py"
     },

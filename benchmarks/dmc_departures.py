@@ -1,0 +1,199 @@
+"""Why the GRU agent trails TD-MPC2 on a DeepMind Control task: the agent's departures from
+TD-MPC2 put back one at a time, each paired against the current configuration at a reduced
+budget (issue 45, item 1; docs/measurements.md, "DMC departures from TD-MPC2").
+
+Every row is a full `agent.compare` run of the GRU agent under configs/dmc.toml with one change
+(below; "current" is the file unchanged), `--steps` decisions (default 15,000 = 30k environment
+steps at action repeat 2), evaluated like the results runs: 10 deterministic episodes on seeds
+10000..10009 every 5,000 decisions, so every row meets the same episodes. Per row: the final
+mean return and its hit rate (episodes above 500: reacher's returns split into hits near 1000
+and misses near 0), the mean over the evaluation points, the paired difference from "current"
+(per seed, and the percentile-bootstrap 95% interval over the seed x episode pairs: it holds
+the evaluation noise, not the spread between seeds, which two seeds cannot estimate), the world
+model's open-loop error (mean over 1..50 steps, final point) and the cost per decision.
+
+    python -m benchmarks.dmc_departures                              # all rows, seeds 1-2
+    python -m benchmarks.dmc_departures --rows current lr --jobs 2   # two runs at a time
+    python -m benchmarks.dmc_departures --report-only                # the table of what ran
+
+Each (row, seed) runs in --out/{row}-seed{K}; a rerun resumes unfinished runs from their last
+checkpoint and skips finished ones. Finished runs' results.json are copied to --keep (measured
+numbers only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agent.comparison.merge import load_comparison
+from agent.comparison.stats import paired_differences
+from agent.core.config import load_config_file
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "configs" / "dmc.toml"
+HIT = 500.0
+# row -> (what it puts back from TD-MPC2, the overrides by section); TD-MPC2's values from its
+# config.yaml (docs/measurements.md, "DMC departures from TD-MPC2", lists them)
+ROWS: dict[str, tuple[str, dict]] = {
+    "current": ("configs/dmc.toml unchanged", {}),
+    "lr": ("learning rate 3e-4 (1e-3)", {"agent": {"lr": 3e-4}}),
+    "batch": ("batch 256 (128)", {"agent": {"batch_size": 256}}),
+    "q-ensemble": ("5 Q heads, dropout 0.01 (2, none)", {"model": {"num_q": 5, "q_dropout": 0.01}}),
+    "planner": (
+        "MPPI 512 samples x 6 iterations, 64 elites, 24 policy samples (256 x 4, 32, 12)",
+        {"planner": {"num_samples": 512, "iterations": 6, "num_elites": 64, "num_pi_trajs": 24}},
+    ),
+    "heads": ("head width 512 (128)", {"model": {"hidden_dim": 512}}),
+    "latent": ("GRU latent 512 (128)", {"dynamics": {"gru": {"latent_dim": 512}}}),
+    "encoder": (
+        "encoder 256 wide, 2 layers (128, 1)",
+        {"dynamics": {"gru": {"encoder_dim": 256, "encoder_layers": 2}}},
+    ),
+}
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    """`base` with `overrides` laid over it table by table (a new dict)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def command(row: str, seed: int, env_id: str, steps: int, out: Path) -> list[str]:
+    """The agent.compare command line of one run: a resume if its folder holds one."""
+    run = [sys.executable, "-m", "agent.compare"]
+    if (out / "results.json").is_file():
+        return [*run, "--resume", str(out)]
+    config = out.with_suffix(".json")
+    config.write_text(json.dumps(merged(load_config_file(BASE), ROWS[row][1]), indent=1))
+    return [*run, "--env", env_id, "--config", str(config), "--steps", str(steps),
+            "--world-models", "gru", "--no-sac", "--first-seed", str(seed), "--seeds", "1",
+            "--out", str(out)]  # fmt: skip
+
+
+def finished(path: Path) -> bool:
+    """Whether `path` (a run's folder or a kept results file) holds a finished run."""
+    path = path / "results.json" if path.is_dir() else path
+    return path.is_file() and json.loads(path.read_text()).get("status") == "done"
+
+
+def run_all(jobs: list[tuple[str, int]], env_id: str, steps: int, out: Path, parallel: int) -> None:
+    """Run the unfinished (row, seed) jobs, `parallel` at a time, each logging to its .log."""
+    todo = [(r, s) for r, s in jobs if not finished(out / f"{r}-seed{s}")]
+    running: list[tuple[str, subprocess.Popen]] = []
+    while todo or running:
+        while todo and len(running) < parallel:
+            row, seed = todo.pop(0)
+            folder = out / f"{row}-seed{seed}"
+            print(f"start {folder.name}", flush=True)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            log = open(folder.with_suffix(".log"), "a")  # noqa: SIM115 (closed with the process)
+            cmd = command(row, seed, env_id, steps, folder)
+            running.append((folder.name, subprocess.Popen(cmd, stdout=log, stderr=log, cwd=ROOT)))
+        time.sleep(5)
+        for name, proc in list(running):
+            if proc.poll() is not None:
+                print(f"{name}: exit {proc.returncode}", flush=True)
+                running.remove((name, proc))
+
+
+def record(path: Path) -> dict | None:
+    """A finished run's numbers (its kept results file): returns per point, open-loop error,
+    cost per decision; None if it has not finished."""
+    if not finished(path):
+        return None
+    (run,) = load_comparison(path).runs
+    last = run.points[-1]
+    return {
+        "final": np.asarray(last.returns),  # [episodes]
+        "points": np.asarray([p.returns for p in run.points]).mean(axis=1),  # [points]
+        "open_loop": float(np.mean(last.open_loop_error)) if last.open_loop_error else None,
+        "train_ms": 1e3 * last.train_s / max(last.updates or 1, 1),
+        "plan_ms": last.plan_ms,
+        "update_ms": last.update_ms,
+        "step": last.step,
+    }
+
+
+def report(rows: list[str], seeds: list[int], keep: Path) -> str:
+    """The markdown table of the rows (and "current") from their kept results files."""
+    recs = {(r, s): record(keep / f"{r}-seed{s}.json") for r in ["current", *rows] for s in seeds}
+    lines = [
+        "| row | final return (mean ± s.e. over seeds) | hits | mean over points | paired "
+        "difference per seed | 95% interval (seed x episode pairs) | open-loop error | "
+        "ms per update / plan |",
+        "|---|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for row in dict.fromkeys(["current", *rows]):
+        got = [recs[row, s] for s in seeds]
+        if any(g is None for g in got):
+            lines.append(f"| {row} | (not finished) | | | | | | |")
+            continue
+        finals = np.array([g["final"].mean() for g in got])  # [seeds]
+        se = f"{finals.std(ddof=1) / np.sqrt(len(finals)):.1f}" if len(finals) > 1 else "—"
+        hits = np.mean([g["final"] > HIT for g in got])
+        area = np.mean([g["points"].mean() for g in got])
+        diff, interval = "—", "—"
+        base = [recs["current", s] for s in seeds]
+        if row != "current" and all(b is not None for b in base):
+            per_seed = [
+                g["final"].mean() - b["final"].mean() for g, b in zip(got, base, strict=True)
+            ]
+            pairs = np.concatenate(
+                [g["final"] - b["final"] for g, b in zip(got, base, strict=True)]
+            )
+            _, _, low, high = paired_differences(pairs)
+            diff = ", ".join(f"{d:+.0f}" for d in per_seed)
+            interval = f"[{low:+.0f}, {high:+.0f}]"
+        ol = [g["open_loop"] for g in got if g["open_loop"] is not None]
+        update, plan = (np.mean([g[k] for g in got]) for k in ("update_ms", "plan_ms"))
+        cost = f"{update:.0f} / {plan:.0f}"
+        lines.append(
+            f"| {row} | {finals.mean():.1f} ± {se} | {100 * hits:.0f}% | {area:.1f} | {diff} "
+            f"| {interval} | {np.mean(ol):.2f} | {cost} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="dm_control/reacher-easy-v0")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--steps", type=int, default=15_000, help="decisions per run")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "dmc-departures")
+    parser.add_argument("--keep", type=Path, default=ROOT / "docs/results/dmc/departures")
+    parser.add_argument("--report-only", action="store_true")
+    args = parser.parse_args(argv)
+    task = args.env.split("/")[-1].removesuffix("-v0")
+    out, keep = args.out / task, args.keep / task
+    rows = list(dict.fromkeys(["current", *args.rows]))
+    if not args.report_only:
+        run_all([(r, s) for s in args.seeds for r in rows], args.env, args.steps, out, args.jobs)
+    for row in rows:
+        for seed in args.seeds:
+            if finished(folder := out / f"{row}-seed{seed}"):
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(folder / "results.json", keep / f"{folder.name}.json")
+    print(f"\n{task}, GRU agent, {args.steps} decisions, seeds {args.seeds}")
+    for row in rows:
+        print(f"  {row}: {ROWS[row][0]}")
+    print(report(rows, args.seeds, keep))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""benchmarks.dmc_departures: every row is a valid agent.compare configuration that differs
+from configs/dmc.toml's GRU agent in exactly the settings it names (and the table reads runs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agent.comparison.config import CompareConfig
+from agent.core.config import load_config_file
+from benchmarks.dmc_departures import BASE, ROWS, merged
+
+
+def _flat(config) -> dict[str, object]:
+    """{section.key: value} of a RunConfig, the dynamics' keys under dynamics."""
+    out = {}
+    for section in ("train", "agent", "loss", "planner", "model", "dynamics"):
+        for key, value in dataclasses.asdict(getattr(config, section)).items():
+            out[f"{section}.{key}"] = value
+    return out
+
+
+def _run_config(overrides: dict):
+    return CompareConfig(
+        env_id="dm_control/reacher-easy-v0", steps=15_000, world_models=("gru",), sac=False,
+        overrides=merged(load_config_file(BASE), overrides),
+    ).run_config("gru", seed=1)  # fmt: skip
+
+
+def _named(overrides: dict, prefix: str = "") -> set[str]:
+    names = set()
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            names |= _named(value, f"{prefix}{key}.")
+        else:
+            names.add(f"{prefix}{key}".replace("dynamics.gru.", "dynamics."))
+    return names
+
+
+@pytest.mark.parametrize("row", [r for r in ROWS if r != "current"])
+def test_each_row_changes_exactly_the_settings_it_names(row):
+    base, changed = _flat(_run_config({})), _flat(_run_config(ROWS[row][1]))
+    differ = {k for k in base if base[k] != changed[k]}
+    assert differ == _named(ROWS[row][1])
+
+
+def test_merged_lays_tables_over_tables_without_touching_the_base():
+    base = {"train": {"steps": 1, "seed_steps": 2}, "agent": {"lr": 1.0}}
+    out = merged(base, {"train": {"steps": 3}, "dynamics": {"gru": {"latent_dim": 4}}})
+    assert out == {"train": {"steps": 3, "seed_steps": 2}, "agent": {"lr": 1.0},
+                   "dynamics": {"gru": {"latent_dim": 4}}}  # fmt: skip
+    assert base["train"]["steps"] == 1
