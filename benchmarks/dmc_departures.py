@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     out, keep = args.out / task, args.keep / task
     rows = list(dict.fromkeys(["current", *args.rows]))
     if not args.report_only:
-        run_all([(r, s) for s in args.seeds for r in rows], args.env, args.steps, out, args.jobs)
+        run_all([(r, s) for r in rows for s in args.seeds], args.env, args.steps, out, args.jobs)
     for row in rows:
         for seed in args.seeds:
             if finished(folder := out / f"{row}-seed{seed}"):
