@@ -244,14 +244,20 @@ def test_bad_input_gets_one_clear_error():
         (lambda: f(q, k[:, :1], v, 0.1, "euclidean"), "share their last dim"),
         (lambda: f(q, k, v[:3], 0.1, "euclidean"), "same number of entries"),
         (lambda: f(q.float(), k, v, 0.1, "euclidean"), "share a dtype"),
-        (lambda: f(q[0], k, v, 0.1, "euclidean"), "must have shape"),
+        (lambda: f(q[0], k, v, 0.1, "euclidean"), "^queries must have shape"),
+        (lambda: f(q, k[0], v, 0.1, "euclidean"), "^keys must have shape"),
         (lambda: f(q, k, v, 0.1, "euclidean", torch.ones(3, 4)), "bool tensor"),
         (
             lambda: f(q, k, v, 0.1, "euclidean", torch.ones(2, 4, dtype=torch.bool)),
             "does not broadcast",
         ),
         (lambda: f(q.expand(2, 3, 2), k.expand(3, 4, 2), v, 0.1, "euclidean"), "do not broadcast"),
-        (lambda: f(q, 1.5 * k / k.norm(dim=-1, keepdim=True), v, 0.1, "poincare"), "Poincare ball"),
+        (  # queries and keys agree, the values' batch does not
+            lambda: f(q.expand(2, 3, 2), k.expand(2, 4, 2), v.expand(3, 4, 5), 0.1, "euclidean"),
+            "do not broadcast",
+        ),
+        (lambda: f(q, 1.5 * k / k.norm(dim=-1, keepdim=True), v, 0.1, "poincare"), "^keys must lie"),
+        (lambda: f(1.5 * q / q.norm(dim=-1, keepdim=True), k, v, 0.1, "poincare"), "^queries must"),
         (lambda: f(q, k, v, 0.1, "sphere"), "unit vectors"),
         (lambda: f(q * math.nan, k, v, 0.1, "euclidean"), "NaN or inf"),
         (lambda: f(q, k, v.long(), 0.1, "euclidean"), "values must be a floating-point tensor"),
@@ -275,6 +281,19 @@ def test_points_rounded_onto_the_boundary_are_accepted_and_finite():
 # --------------------------------------------------------------------------- effective rank
 
 
+def test_points_at_the_ball_rounding_tolerance_are_accepted_one_ulp_beyond_refused():
+    """check_points("poincare") accepts |x|^2 up to 1 + 8 eps exactly (float64 squares that
+    round there: (1 + 4 eps)^2 = 1 + 8 eps), and refuses 1 + 9 eps (adding 2^-52)."""
+    eps = torch.finfo(torch.float64).eps
+    edge = torch.tensor([[1.0 + 4 * eps, 0.0]], dtype=torch.float64)
+    beyond = torch.tensor([[1.0 + 4 * eps, 2.0**-26]], dtype=torch.float64)
+    assert poincare.sqnorm(edge).item() == 1.0 + 8 * eps
+    assert poincare.sqnorm(beyond).item() == 1.0 + 9 * eps
+    ida.check_points(edge, "poincare", "keys")
+    with pytest.raises(ValueError, match="^keys must lie in the Poincare ball"):
+        ida.check_points(beyond, "poincare", "keys")
+
+
 def test_effective_rank_is_the_eigenvalue_ratio():
     x = points("euclidean", 30, 4, 19)
     kernel = 1.0 / (ida.squared_distance_matrix(x, x, "euclidean") + 0.3)
@@ -284,6 +303,12 @@ def test_effective_rank_is_the_eigenvalue_ratio():
     stacked = torch.stack([kernel, kernel @ kernel])  # a batch [2, n, n]: each its own ratio
     each = torch.stack([ida.effective_rank(k) for k in stacked])
     torch.testing.assert_close(ida.effective_rank(stacked), each, rtol=1e-12, atol=0)
+    # a non-symmetric (diagonalisable) kernel in a batch: still the ratio of its eigenvalues
+    basis = torch.eye(30, dtype=torch.float64) + 0.3 * torch.triu(points("euclidean", 30, 30, 21))
+    skew = torch.stack([basis @ torch.diag(lam) @ torch.linalg.inv(basis), kernel])  # [2, n, n]
+    assert not torch.allclose(skew[0], skew[0].mT)
+    expected = torch.stack([lam.sum() ** 2 / (lam**2).sum(), ida.effective_rank(kernel)])
+    torch.testing.assert_close(ida.effective_rank(skew), expected, rtol=1e-9, atol=0)
 
 
 def test_sphere_points_are_accepted_within_1e3_of_unit_norm():

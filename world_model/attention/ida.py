@@ -318,7 +318,8 @@ def inverse_distance_attention(
 
 
 def effective_rank(kernel: Tensor) -> Tensor:
-    """eff-rank(K) = (tr K)^2 / tr(K^2) (seed 000 §2.1), for a symmetric K [..., n, n]."""
+    """eff-rank(K) = (tr K)^2 / tr(K^2) (seed 000 §2.1) = (sum lambda)^2 / sum lambda^2 over K's
+    eigenvalues, for a diagonalisable K [..., n, n] (symmetric or not)."""
     tr = kernel.diagonal(dim1=-2, dim2=-1).sum(-1)
     tr2 = (kernel * kernel.transpose(-1, -2)).sum((-2, -1))
     return tr.square() / tr2
