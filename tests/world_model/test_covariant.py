@@ -374,6 +374,7 @@ def test_prepared_context_equals_unprepared_with_one_wilson_line_per_entry_and_q
         head.scores(q, prepared, connection=lambda z: torch.zeros(*z.shape[:-1], 3))
     torch.testing.assert_close(head.scores(q, prepared), head.scores(q, shared), rtol=0, atol=0)
     cut = rec_u.detach()  # a record cut from the graph keeps every value
+    assert any(v.requires_grad for v in vars(rec_u).values() if isinstance(v, torch.Tensor))
     for name, value in vars(rec_u).items():
         if isinstance(value, torch.Tensor):
             assert not getattr(cut, name).requires_grad and torch.equal(getattr(cut, name), value)

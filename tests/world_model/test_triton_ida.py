@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -255,7 +256,7 @@ def test_distance_forms_at_small_distances():
 # --------------------------------------------------------------------------- dispatch
 
 
-def test_cpu_runs_the_reference_and_refusals_name_their_reason():
+def test_cpu_runs_the_reference_and_refusals_name_their_reason(caplog):
     """Without force, CPU tensors never take the kernels (DenseHIDA returns the reference);
     a sphere metric, a per-query mask or force on a refused call say why."""
     q, k, v, _ = inputs("poincare", n_q=6, n_k=9, dim=3, dim_v=2)
@@ -272,8 +273,16 @@ def test_cpu_runs_the_reference_and_refusals_name_their_reason():
     )
     with pytest.raises(ValueError, match="sphere"):
         triton_ida.fused_or_none(q, k, v, EPS, "sphere", force=True)
-    with pytest.raises(ValueError, match="form"):
+    with pytest.raises(ValueError, match="^KernelConfig.form must be one of"):
         triton_ida.KernelConfig(form="cdist")
+    # the mask and the key masses reach the refusal; a refusal on a CPU is not logged
+    with pytest.raises(ValueError, match="differs between queries"):
+        triton_ida.fused_or_none(q, k, v, EPS, "poincare", per_query, force=True)
+    with pytest.raises(ValueError, match="different dtypes"):
+        triton_ida.fused_or_none(q, k, v, EPS, "poincare", key_mass=k[:, 0].double(), force=True)
+    with caplog.at_level(logging.WARNING, logger=triton_ida.__name__):
+        assert triton_ida.fused_or_none(q, k, v, EPS, "poincare", per_query) is None
+    assert not caplog.records
 
 
 def test_kernel_config_and_refusals_before_any_launch():
@@ -294,16 +303,52 @@ def test_kernel_config_and_refusals_before_any_launch():
     refusal = lambda *a, **kw: triton_ida.fusion_refusal(*a, force=True, **kw)  # noqa: E731
     assert refusal(q, k.double(), v, "euclidean") == "inputs of different dtypes or devices"
     assert refusal(q, k[:0], v[:0], "euclidean") == "no keys"
-    wide = torch.zeros(9, 257)
-    assert refusal(q, k, wide, "euclidean") == "feature dims above 256"
-    assert refusal(q, k, wide[:, :256], "euclidean") != "feature dims above 256"
+    assert refusal(q, k, v, "euclidean", key_mass=torch.ones(9).double()) == (
+        "inputs of different dtypes or devices"
+    )
+    wide = torch.zeros(1, 9, 257)  # batched: the feature dim is the last, not the second
+    assert refusal(q[None], k[None], wide, "euclidean") == "feature dims above 256"
+    assert refusal(q[None], k[None], wide[..., :256], "euclidean") != "feature dims above 256"
+    wide_q = torch.zeros(1, 2, 257)
+    assert refusal(wide_q, wide_q, v[None], "euclidean") == "feature dims above 256"
     keys = torch.tensor([True] * 4 + [False] + [True] * 4)
     key_mask = triton_ida._key_mask
-    for mask, n_q in ((keys, 6), (keys[None], 6), (keys.expand(6, 9), 6), (keys[None], 1)):
-        assert torch.equal(key_mask(mask, n_q), keys)
+    for mask in (keys, keys[None], keys.expand(6, 9)):
+        assert torch.equal(key_mask(mask), keys)
     per_query = keys.repeat(6, 1)
     per_query[0, 0] = False
-    assert key_mask(per_query, 6) is None and torch.equal(key_mask(per_query[:1], 1), per_query[0])
+    assert key_mask(per_query) is None and key_mask(per_query[:2]) is None
+    assert torch.equal(key_mask(per_query[:1]), per_query[0])
+    assert refusal(q[:2], k, v, "euclidean", per_query[:2]) == (
+        "a mask that differs between queries (the kernels take key masks [..., 1, Nk])"
+    )
+
+
+def test_refusals_after_importing_triton_and_whether_the_interpreter_is_active(monkeypatch):
+    """With the kernels missing, imported under another TRITON_INTERPRET than triton, or
+    compiled (not interpreted) on a CPU, a forced call is refused by name and the interpreter
+    is not active; it is where both agree on interpreting."""
+    assert triton_ida.interpreter_active() is IN_PROCESS
+    q, k, v, _ = inputs("euclidean", n_q=6, n_k=9, dim=3, dim_v=2)
+    cases = [
+        (None, "triton is not installed"),
+        (
+            SimpleNamespace(INTERPRETED=True, MODES_AGREE=False),
+            "TRITON_INTERPRET changed between importing triton and importing the kernels",
+        ),
+        (
+            SimpleNamespace(INTERPRETED=False, MODES_AGREE=True),
+            "tensors on cpu need TRITON_INTERPRET=1 before triton is imported",
+        ),
+    ]
+    for kernels, reason in cases:
+        monkeypatch.setattr(triton_ida, "_kernels", lambda kernels=kernels: kernels)
+        assert triton_ida.fusion_refusal(q, k, v, "euclidean", force=True) == reason
+        assert triton_ida.interpreter_active() is False
+    both = SimpleNamespace(INTERPRETED=True, MODES_AGREE=True)
+    monkeypatch.setattr(triton_ida, "_kernels", lambda: both)
+    assert triton_ida.interpreter_active() is True
+    assert triton_ida.fusion_refusal(q, k, v, "euclidean", force=True) is None
 
 
 @interpreted

@@ -129,12 +129,12 @@ def interpreter_active() -> bool:
     return kernels is not None and kernels.INTERPRETED and kernels.MODES_AGREE
 
 
-def _key_mask(mask: Tensor, n_q: int) -> Tensor | None:
+def _key_mask(mask: Tensor) -> Tensor | None:
     """A mask broadcastable to [..., Nq, Nk] as a key mask [..., Nk], or None where it differs
-    between queries."""
+    between queries (one row, or rows expanded from one: stride 0)."""
     if mask.dim() == 1:
         return mask
-    if mask.shape[-2] == 1 or n_q == 1 or mask.stride(-2) == 0:
+    if mask.shape[-2] == 1 or mask.stride(-2) == 0:
         return mask[..., 0, :]
     return None
 
@@ -163,7 +163,7 @@ def fusion_refusal(
         return "no keys"
     if max(queries.shape[-1], values.shape[-1]) > MAX_DIM:
         return f"feature dims above {MAX_DIM}"
-    if mask is not None and _key_mask(mask, queries.shape[-2]) is None:
+    if mask is not None and _key_mask(mask) is None:
         return "a mask that differs between queries (the kernels take key masks [..., 1, Nk])"
     kernels = _kernels()
     if kernels is None:
@@ -235,7 +235,7 @@ def _inverse_factor(x: Tensor, acc: torch.dtype) -> Tensor:
 
 def _fused(queries, keys, values, eps, metric, mask, key_mass, config) -> Tensor:
     n_q, n_k, dim, dim_v = queries.shape[-2], keys.shape[-2], queries.shape[-1], values.shape[-1]
-    key_mask = None if mask is None else _key_mask(mask, n_q)  # [..., Nk]
+    key_mask = None if mask is None else _key_mask(mask)  # [..., Nk]
     shapes = [queries.shape[:-2], keys.shape[:-2], values.shape[:-2]]
     shapes += [t.shape[:-1] for t in (key_mask, key_mass) if t is not None]
     batch = torch.broadcast_shapes(*shapes)
