@@ -143,6 +143,26 @@ def test_values_and_gradients_match_the_reference(metric, form, contraction):
 
 
 @interpreted
+def test_a_batch_carried_by_the_keys_or_by_the_mask_alone():
+    """The batch may come from any one input under unbatched queries: the keys [2, Nk, d],
+    the values [2, Nk, dv] (dv != Nk), or the key masses [3, Nk] (with a key mask); each
+    against the reference."""
+    q, k, v, mass = inputs("poincare", n_q=5, n_k=7, dim=3, dim_v=2)
+    keys = torch.stack([k, k.flip(0)])  # [2, Nk, d]
+    values = torch.stack([v, 2.0 * v])  # [2, Nk, dv]
+    for kk, vv in ((keys, v), (k, values)):
+        got = fused("poincare", EPS)(q[0], kk, vv, mass)
+        assert got.shape == (2, 5, 2)
+        assert_close_rel([got.double()], [reference("poincare", EPS)(q[0], kk, vv, mass)])
+    masses = torch.stack([mass, mass.flip(0), 1.0 + mass])  # [3, Nk]
+    mask = torch.ones(1, 7, dtype=torch.bool)
+    mask[0, :2] = False
+    got = fused("poincare", EPS, mask)(q[0], k, v, masses)
+    assert got.shape == (3, 5, 2)
+    assert_close_rel([got.double()], [reference("poincare", EPS, mask)(q[0], k, v, masses)])
+
+
+@interpreted
 @pytest.mark.parametrize("metric", triton_ida.FUSED_METRICS)
 def test_gradcheck_in_float64(metric):
     """Finite differences against the kernels' own backward, float64 throughout (the kernels
