@@ -256,7 +256,10 @@ def test_bad_input_gets_one_clear_error():
             lambda: f(q.expand(2, 3, 2), k.expand(2, 4, 2), v.expand(3, 4, 5), 0.1, "euclidean"),
             "do not broadcast",
         ),
-        (lambda: f(q, 1.5 * k / k.norm(dim=-1, keepdim=True), v, 0.1, "poincare"), "^keys must lie"),
+        (
+            lambda: f(q, 1.5 * k / k.norm(dim=-1, keepdim=True), v, 0.1, "poincare"),
+            "^keys must lie",
+        ),
         (lambda: f(1.5 * q / q.norm(dim=-1, keepdim=True), k, v, 0.1, "poincare"), "^queries must"),
         (lambda: f(q, k, v, 0.1, "sphere"), "unit vectors"),
         (lambda: f(q * math.nan, k, v, 0.1, "euclidean"), "NaN or inf"),
@@ -343,3 +346,9 @@ def test_the_cdist_form_takes_batched_keys_and_the_exact_path_near_antipodes():
     ref = ida.squared_distance_matrix(a32.double(), b32.double(), "sphere", form="difference")
     got = ida.squared_distance_matrix(a32, b32, "sphere", form="cdist").double()
     assert ((got - ref).abs() / ref).max() < 2e-6
+    # float64 pairs 1e-7 apart: the exact path keeps d^2 ~ 1e-14 to 1e-6 (the matrix product
+    # of the expanded form cancels |x|^2 + |y|^2 - 2 x.y ~ 1 down to ~1e-16: 1e-2 relative)
+    near = a + 1e-7 * torch.randn(40, 5, generator=g, dtype=torch.float64)
+    exact = (a[:, None] - near[None]).square().sum(-1)
+    got = ida.squared_distance_matrix(a, near, "euclidean", form="cdist")
+    assert ((got - exact).abs() / exact).max() < 1e-6
