@@ -171,6 +171,10 @@ def test_gradcheck_in_float64(metric):
     mask = torch.tensor([True, True, False, True, True, True, True])
     leaves = [t.clone().requires_grad_(True) for t in (q[0], k, v, mass)]
     assert torch.autograd.gradcheck(fused(metric, EPS, mask), leaves, atol=1e-6, rtol=1e-5)
+    # and float64 to float64's rounding against the reference, values and every gradient
+    tensors = (q[0], k, v, mass)
+    got = outputs_and_grads(fused(metric, EPS, mask), tensors)
+    assert_close_rel(got, outputs_and_grads(reference(metric, EPS, mask), tensors), rel=1e-11)
 
 
 @interpreted
