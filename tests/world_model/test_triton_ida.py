@@ -376,6 +376,25 @@ def test_refusals_after_importing_triton_and_whether_the_interpreter_is_active(m
 
 
 @interpreted
+def test_the_public_entry_point_takes_the_kernels_only_where_they_apply():
+    """fused_inverse_distance_attention: on CPU tensors the reference itself (bit for bit),
+    forced under the interpreter the kernels (to 1e-4 of the reference), masks and masses
+    passed through; a refused forced call raises."""
+    q, k, v, mass = inputs("poincare", n_q=6, n_k=9, dim=3, dim_v=2)
+    mask = torch.tensor([True] * 4 + [False] + [True] * 4)
+    entry = triton_ida.fused_inverse_distance_attention
+    want = ida.inverse_distance_attention(q, k, v, EPS, "poincare", mask, key_mass=mass)[0]
+    torch.testing.assert_close(entry(q, k, v, EPS, "poincare", mask, mass), want, rtol=0, atol=0)
+    cfg = config("expanded", "dot")
+    got = entry(q, k, v, EPS, "poincare", mask, mass, force=True, config=cfg)
+    assert not torch.equal(got, want)  # the kernels ran: float32 rounding differs
+    assert torch.equal(got, fused("poincare", EPS, mask, "expanded", "dot")(q, k, v, mass))
+    assert_close_rel([got.double()], [reference("poincare", EPS, mask)(q, k, v, mass)])
+    with pytest.raises(ValueError, match="sphere"):
+        entry(q, k, v, EPS, "sphere", force=True)
+
+
+@interpreted
 def test_a_mask_equal_for_every_query_is_a_key_mask():
     q, k, v, _ = inputs("euclidean", n_q=6, n_k=9, dim=3, dim_v=2)
     keys = torch.tensor([True] * 4 + [False] + [True] * 4)
