@@ -162,3 +162,19 @@ _add(_M + "covariant", "CovariantAttentionǁforward", [
     ("out, projectors, cfg.options.n_colors, self.chirality_strength, *operator / )", "out, projectors, cfg.options.n_colors, self.chirality_strength, )"),
 ], "the precomputed operator is chiral_operator(Pi) in the fields' dtype; without it chiral_gate "
    "builds the same operator from the projectors")  # fmt: skip
+_LAZY_INDEX = (
+    "PreparedContext computes a missing charged_index from the same levels on first read "
+    "(charged_columns): passing it only saves that computation"
+)
+_CHARGED = (
+    "charged=True (the default) only keeps the screening path on: with no charged entry it "
+    "sums the area law over no columns, adding 0 (tests/world_model/test_covariant.py compares "
+    "both flags' outputs where it matters: charged entries present)"
+)
+_add(_M + "covariant", "CovariantAttentionǁprepare", [
+    ("charged_index=charged_index,", "charged_index=None,"),
+    ("charged_index=charged_index,", ""),
+], _LAZY_INDEX)  # fmt: skip
+_add(_M + "covariant", "CovariantAttentionǁprepare", [
+    ("charged=bool(charged_index.numel()),", ""),
+], _CHARGED)  # fmt: skip

@@ -92,20 +92,6 @@ _add(_M + "hida_compressed", "_scatter_rows", [
     ("padded = torch.cat([table, table.new_zeros(*table.shape[:-2], 1, table.shape[-1])], dim=-2)", "padded = torch.cat([table, table.new_zeros(*table.shape[:-2], 2, table.shape[-1])], dim=-2)"),
 ], "the scratch rows after the c table rows are cut off; dropped rows (slot c) land in the "
    "first of them either way")  # fmt: skip
-_INTERPRETER = (
-    "Triton's interpreter (the tests' CPU path) computes tl.dot in the operands' precision and "
-    "runs each program serially: input_precision (TF32 exists on NVIDIA tensor cores only) and "
-    "num_warps act on a GPU alone"
-)
-_add(_M + "triton_ida_kernels", "pair_sq", [
-    ("PREC=config.precision, ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,", "PREC=None, ACC=tl.float64 if q.dtype == torch.float64 else tl.float32,"),
-    ("num_warps=config.num_warps,", "num_warps=None,"),
-    ("num_warps=config.num_warps, / )  # fmt: skip", ")  # fmt: skip"),
-], _INTERPRETER)  # fmt: skip
-_add(_M + "triton_ida_kernels", "pair_sq", [
-    ("out = torch.empty(n_q, n_k, dtype=q.dtype, device=q.device)", "out = torch.empty(n_q, n_k, dtype=q.dtype, device=None)"),
-    ("out = torch.empty(n_q, n_k, dtype=q.dtype, device=q.device)", "out = torch.empty(n_q, n_k, dtype=q.dtype, )"),
-], DEVICE_ONLY)  # fmt: skip
 _add(_M + "hida_compressed", "c_hida_ingest", [
     ("counts = torch.cat([counts, counts.new_zeros(*counts.shape[:-1], 1)], dim=-1)", "counts = torch.cat([counts, counts.new_zeros(*counts.shape[:-1], 2)], dim=-1)"),
 ], "the scratch counts after the c slots are cut off ([..., :c]); opened keys never land there")  # fmt: skip
@@ -177,3 +163,21 @@ _add(_M + "hida_common", "query_chunks", [
 _add(_M + "hida_common", "cat_rows", [
     ("return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-2)", "return parts[0] if (len(parts) == 1) and False else torch.cat(parts, dim=-2)"),
 ], "cat of a single part is a copy of it: the same values (the branch only saves the copy)")  # fmt: skip
+_EMPTY = "an empty tensor has no norm to check: any value up to 1 + 8 eps passes, 0 and 1 alike"
+_SPHERE_EDGE = (
+    "no float point has | |x| - 1 | equal to the double 1e-3: near 1, |x| - 1 is a multiple of "
+    "2^-52 (float64) or 2^-23 (float32) and 1e-3 is neither, so > and >= refuse the same points"
+)
+_NO_ALLOWED = (
+    "a row with no allowed key gets one constant logit everywhere, 0 or 1: its softmax is "
+    "uniform either way and the mask then zeroes the whole row"
+)
+_add(_M + "ida", "check_points", [
+    ("worst = poincare.sqnorm(x).max().item() if x.numel() else 0.0", "worst = poincare.sqnorm(x).max().item() if x.numel() else 1.0"),
+], _EMPTY)  # fmt: skip
+_add(_M + "ida", "check_points", [
+    ("if worst > 1e-3:", "if worst >= 1e-3:"),
+], _SPHERE_EDGE)  # fmt: skip
+_add(_M + "ida", "inverse_distance_weights", [
+    ("logits = logits.masked_fill(~mask, -math.inf).masked_fill(~allowed, 0.0)", "logits = logits.masked_fill(~mask, -math.inf).masked_fill(~allowed, 1.0)"),
+], _NO_ALLOWED)  # fmt: skip
