@@ -382,7 +382,6 @@ def test_prepared_context_equals_unprepared_with_one_wilson_line_per_entry_and_q
             assert getattr(cut, name) == value
 
 
-
 @pytest.mark.parametrize("mode", ["none", "first_order", "exp", "path_ordered", "magnus4"])
 def test_lines_from_the_generic_path_equal_the_group_path_in_every_wilson_mode(mode):
     """lines_to_origin through the head's own connection (closed-form group path) and through
@@ -393,6 +392,7 @@ def test_lines_from_the_generic_path_equal_the_group_path_in_every_wilson_mode(m
     own, generic = head.lines_to_origin(z), head.lines_to_origin(z, head.connection())
     assert own.shape == generic.shape == (*z.shape[:-1], head.rep_dim, head.rep_dim)
     torch.testing.assert_close(generic, own, rtol=1e-10, atol=1e-12)
+
 
 def _fields(q: CovariantQueries):
     return [q.positions, q.features, q.velocity, q.velocity_features, q.value_grad, q.levels]
