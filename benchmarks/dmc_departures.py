@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.cli import merge_tables
 from agent.comparison.merge import load_comparison
 from agent.comparison.stats import paired_differences
 from agent.core.config import load_config_file
@@ -60,24 +61,13 @@ ROWS: dict[str, tuple[str, dict]] = {
 }
 
 
-def merged(base: dict, overrides: dict) -> dict:
-    """`base` with `overrides` laid over it table by table (a new dict)."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def command(row: str, seed: int, env_id: str, steps: int, out: Path) -> list[str]:
     """The agent.compare command line of one run: a resume if its folder holds one."""
     run = [sys.executable, "-m", "agent.compare"]
     if (out / "results.json").is_file():
         return [*run, "--resume", str(out)]
     config = out.with_suffix(".json")
-    config.write_text(json.dumps(merged(load_config_file(BASE), ROWS[row][1]), indent=1))
+    config.write_text(json.dumps(merge_tables(load_config_file(BASE), ROWS[row][1]), indent=1))
     return [*run, "--env", env_id, "--config", str(config), "--steps", str(steps),
             "--world-models", "gru", "--no-sac", "--first-seed", str(seed), "--seeds", "1",
             "--out", str(out)]  # fmt: skip
@@ -120,10 +110,8 @@ def record(path: Path) -> dict | None:
         "final": np.asarray(last.returns),  # [episodes]
         "points": np.asarray([p.returns for p in run.points]).mean(axis=1),  # [points]
         "open_loop": float(np.mean(last.open_loop_error)) if last.open_loop_error else None,
-        "train_ms": 1e3 * last.train_s / max(last.updates or 1, 1),
         "plan_ms": last.plan_ms,
         "update_ms": last.update_ms,
-        "step": last.step,
     }
 
 

@@ -1,5 +1,5 @@
 """benchmarks.dmc_departures: every row is a valid agent.compare configuration that differs
-from configs/dmc.toml's GRU agent in exactly the settings it names (and the table reads runs)."""
+from configs/dmc.toml's GRU agent in exactly the settings it names."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import dataclasses
 
 import pytest
 
+from agent.cli import merge_tables
 from agent.comparison.config import CompareConfig
 from agent.core.config import load_config_file
-from benchmarks.dmc_departures import BASE, ROWS, merged
+from benchmarks.dmc_departures import BASE, ROWS
 
 
 def _flat(config) -> dict[str, object]:
@@ -24,7 +25,7 @@ def _flat(config) -> dict[str, object]:
 def _run_config(overrides: dict):
     return CompareConfig(
         env_id="dm_control/reacher-easy-v0", steps=15_000, world_models=("gru",), sac=False,
-        overrides=merged(load_config_file(BASE), overrides),
+        overrides=merge_tables(load_config_file(BASE), overrides),
     ).run_config("gru", seed=1)  # fmt: skip
 
 
@@ -44,10 +45,3 @@ def test_each_row_changes_exactly_the_settings_it_names(row):
     differ = {k for k in base if base[k] != changed[k]}
     assert differ == _named(ROWS[row][1])
 
-
-def test_merged_lays_tables_over_tables_without_touching_the_base():
-    base = {"train": {"steps": 1, "seed_steps": 2}, "agent": {"lr": 1.0}}
-    out = merged(base, {"train": {"steps": 3}, "dynamics": {"gru": {"latent_dim": 4}}})
-    assert out == {"train": {"steps": 3, "seed_steps": 2}, "agent": {"lr": 1.0},
-                   "dynamics": {"gru": {"latent_dim": 4}}}  # fmt: skip
-    assert base["train"]["steps"] == 1
