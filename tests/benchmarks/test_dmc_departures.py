@@ -44,4 +44,3 @@ def test_each_row_changes_exactly_the_settings_it_names(row):
     base, changed = _flat(_run_config({})), _flat(_run_config(ROWS[row][1]))
     differ = {k for k in base if base[k] != changed[k]}
     assert differ == _named(ROWS[row][1])
-
