@@ -154,9 +154,9 @@ def learning_curves_figure(comparison: Comparison):
     repeat = config.train.action_repeat or default_action_repeat(config.env_id)
     for k, pub in enumerate(published_for(config.env_id)):  # at 100k environment steps
         x = PUBLISHED_ENV_STEPS / repeat
-        marker = ("*", "D", "s")[k % 3]
+        marker = ("*", "D", "s", "^", "v", "P")[k % 6]
         ax.scatter([x], [pub.mean], marker=marker, s=80, color="k", zorder=3,
-                   label=f"{pub.method} (published, mean of 3 seeds)")  # fmt: skip
+                   label=f"{pub.method} (published, mean of {pub.n_seeds} seeds)")  # fmt: skip
         if pub.seeds:
             ax.scatter([x] * len(pub.seeds), pub.seeds, marker="_", s=120, color="k", zorder=3)
     ax.set_xlabel("env steps" if repeat == 1 else f"decisions (x {repeat} = environment steps)")

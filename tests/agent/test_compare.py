@@ -425,10 +425,13 @@ def test_dmc_learning_curves_carry_the_published_points_at_100k_environment_step
                                   sac=False, overrides={"train": {"action_repeat": 2}})  # fmt: skip
     (ax,) = learning_curves_figure(comparison).axes
     drawn = {tuple(map(float, xy)) for c in ax.collections for xy in c.get_offsets()}
-    for value in (724.0, 564.0, 756.0, 852.0, 699.0, 96.0):  # TD-MPC2 (its seeds), DreamerV3, SAC
+    # TD-MPC2 (its seeds), DreamerV3, SAC, MR.Q, SimbaV2 at 2 and 8 updates per step
+    for value in (724.0, 564.0, 756.0, 852.0, 699.0, 96.0, 617.0, 245.0, 826.0):
         assert (50_000.0, value) in drawn  # 100k environment steps = 50k decisions
     (curve,) = ax.lines
     assert curve.get_xydata().tolist() == [[10.0, 400.0]]
     assert "decisions (x 2" in ax.get_xlabel()
     labels = ax.get_legend_handles_labels()[1]
-    assert any(label.startswith("TD-MPC2 (published") for label in labels)
+    assert "TD-MPC2 (published, mean of 3 seeds)" in labels
+    assert "MR.Q (published, mean of 10 seeds)" in labels
+    assert "SimbaV2 (UTD 8) (published, mean of 5 seeds)" in labels
