@@ -342,7 +342,7 @@ def run_comparison(
             if run.status == "done":
                 continue
             run_dir = Path(run.run_dir)
-            verb = "continuing from its last checkpoint" if run.points else "training"
+            verb = "continuing from its last checkpoint" if _resumable(run) else "training"
             report(f"{run.method} seed {run.seed}: {verb} to {config.steps} steps in {run_dir}")
 
             def on_point(point: PointResult, run: MethodRun = run) -> None:
@@ -354,6 +354,7 @@ def run_comparison(
 
             run.status = "running"
             _save_record(run)
+            comparison.save()  # so that a run killed before its first point can be resumed
             if run.method == SAC:
                 last = run.points[-1] if resume and run.points else None
                 run.status = train_sac(config, run.seed, run_dir, on_point, resume_from=last)

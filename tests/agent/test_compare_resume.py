@@ -26,34 +26,45 @@ def _settings(config: Path) -> list[str]:
             "--config", str(config)]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_a_killed_comparison_resumes_to_the_uninterrupted_result(tmp_path, capsys):
-    config = tmp_path / "tiny.json"
-    config.write_text(json.dumps(tiny(train={"checkpoint_every": 50})))
-    out = tmp_path / "killed"
+def _kill_when(args: list[str], out: Path, has_point: bool, after: int) -> Path:
+    """Run `agent.compare ARGS --out OUT` and SIGKILL it once the GRU run's record has (or, with
+    has_point False, has not yet) a point and its checkpoint is past `after` steps; returns the
+    run's record."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.compare", "--world-models", "gru", *_settings(config),
-         "--out", str(out)],
-        cwd=ROOT, env=child_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "agent.compare", "--world-models", "gru", *args, "--out", str(out)],
+        cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.time() + 300
-        while time.time() < deadline:  # the GRU's first point and a later checkpoint exist
+        while time.time() < deadline:
             records = list(out.glob("runs/*__gru__*/compare_run.json"))
-            if records and json.loads(records[0].read_text())["points"]:
-                state = load_checkpoint(records[0].parent / CHECKPOINT_NAME)
-                if state["agent"]["counters"]["num_timesteps"] > 100:
+            checkpoint = records[0].parent / CHECKPOINT_NAME if records else None
+            if checkpoint and checkpoint.is_file():
+                state = load_checkpoint(checkpoint)
+                points = json.loads(records[0].read_text())["points"]
+                if (
+                    bool(points) == has_point
+                    and state["agent"]["counters"]["num_timesteps"] > after
+                ):
                     break
-            time.sleep(0.2)
+            time.sleep(0.1)
         else:
-            pytest.fail("no checkpoint after the first point within 300 s")
+            pytest.fail("the run never reached the state to kill it in within 300 s")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    killed_at = json.loads(records[0].read_text())
+    return records[0]
+
+
+@pytest.mark.slow
+def test_a_killed_comparison_resumes_to_the_uninterrupted_result(tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny(train={"checkpoint_every": 50})))
+    out = tmp_path / "killed"
+    record = _kill_when(_settings(config), out, has_point=True, after=100)
+    killed_at = json.loads(record.read_text())
     assert killed_at["status"] == "running" and killed_at["points"][0]["step"] == 100
 
     code, err, _ = call_main(compare.main, ["--resume", str(out)], capsys)
@@ -89,6 +100,29 @@ def test_a_killed_comparison_resumes_to_the_uninterrupted_result(tmp_path, capsy
     assert code == 0 and not any("steps in" in line for line in err)
     again = json.loads((out / "results.json").read_text())
     assert again["runs"] == resumed["runs"]
+
+
+@pytest.mark.slow
+def test_a_comparison_killed_before_its_first_point_resumes_from_the_checkpoint(tmp_path, capsys):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny(train={"checkpoint_every": 20})))
+    settings = ["--no-sac", "--seeds", "1", "--steps", "150", "--at", "150", "--episodes", "1",
+                "--config", str(config)]  # fmt: skip
+    out = tmp_path / "killed"
+    _kill_when(settings, out, has_point=False, after=20)
+    assert json.loads((out / "results.json").read_text())["status"] == "running"
+
+    code, err, _ = call_main(compare.main, ["--resume", str(out)], capsys)
+    assert code == 0, err
+    assert any("gru seed 1: continuing from its last checkpoint" in line for line in err)
+    fresh = tmp_path / "fresh"
+    code, err, _ = call_main(
+        compare.main, ["--world-models", "gru", *settings, "--out", str(fresh)], capsys
+    )
+    assert code == 0, err
+    (a,), (b,) = (json.loads((d / "results.json").read_text())["runs"] for d in (out, fresh))
+    assert a["status"] == "done" and [p["step"] for p in a["points"]] == [150]
+    assert a["points"][0]["returns"] == b["points"][0]["returns"]
 
 
 def test_resume_refuses_other_flags_and_foreign_folders(tmp_path, capsys):
