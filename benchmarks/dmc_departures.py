@@ -25,10 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,8 +33,8 @@ from agent.cli import merge_tables
 from agent.comparison.merge import load_comparison
 from agent.comparison.stats import paired_differences
 from agent.core.config import load_config_file
+from benchmarks.dmc_queue import ROOT, finished, keep_finished, run_queue
 
-ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "configs" / "dmc.toml"
 HIT = 500.0
 # row -> (what it puts back from TD-MPC2, the overrides by section); TD-MPC2's values from its
@@ -61,42 +57,14 @@ ROWS: dict[str, tuple[str, dict]] = {
 }
 
 
-def command(row: str, seed: int, env_id: str, steps: int, out: Path) -> list[str]:
-    """The agent.compare command line of one run: a resume if its folder holds one."""
-    run = [sys.executable, "-m", "agent.compare"]
-    if (out / "results.json").is_file():
-        return [*run, "--resume", str(out)]
+def arguments(row: str, seed: int, env_id: str, steps: int, out: Path) -> list[str]:
+    """The agent.compare arguments of one run (its config file written beside its folder)."""
     config = out.with_suffix(".json")
+    config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(json.dumps(merge_tables(load_config_file(BASE), ROWS[row][1]), indent=1))
-    return [*run, "--env", env_id, "--config", str(config), "--steps", str(steps),
-            "--world-models", "gru", "--no-sac", "--first-seed", str(seed), "--seeds", "1",
-            "--out", str(out)]  # fmt: skip
-
-
-def finished(path: Path) -> bool:
-    """Whether `path` (a run's folder or a kept results file) holds a finished run."""
-    path = path / "results.json" if path.is_dir() else path
-    return path.is_file() and json.loads(path.read_text()).get("status") == "done"
-
-
-def run_all(jobs: list[tuple[str, int]], env_id: str, steps: int, out: Path, parallel: int) -> None:
-    """Run the unfinished (row, seed) jobs, `parallel` at a time, each logging to its .log."""
-    todo = [(r, s) for r, s in jobs if not finished(out / f"{r}-seed{s}")]
-    running: list[tuple[str, subprocess.Popen]] = []
-    while todo or running:
-        while todo and len(running) < parallel:
-            row, seed = todo.pop(0)
-            folder = out / f"{row}-seed{seed}"
-            print(f"start {folder.name}", flush=True)
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            log = open(folder.with_suffix(".log"), "a")  # noqa: SIM115 (closed with the process)
-            cmd = command(row, seed, env_id, steps, folder)
-            running.append((folder.name, subprocess.Popen(cmd, stdout=log, stderr=log, cwd=ROOT)))
-        time.sleep(5)
-        for name, proc in list(running):
-            if proc.poll() is not None:
-                print(f"{name}: exit {proc.returncode}", flush=True)
-                running.remove((name, proc))
+    return ["--env", env_id, "--config", str(config), "--steps", str(steps),
+            "--world-models", "gru", "--no-sac", "--first-seed", str(seed),
+            "--seeds", "1"]  # fmt: skip
 
 
 def record(path: Path) -> dict | None:
@@ -169,13 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     task = args.env.split("/")[-1].removesuffix("-v0")
     out, keep = args.out / task, args.keep / task
     rows = list(dict.fromkeys(["current", *args.rows]))
+    folders = [out / f"{row}-seed{seed}" for row in rows for seed in args.seeds]
     if not args.report_only:
-        run_all([(r, s) for r in rows for s in args.seeds], args.env, args.steps, out, args.jobs)
-    for row in rows:
-        for seed in args.seeds:
-            if finished(folder := out / f"{row}-seed{seed}"):
-                keep.mkdir(parents=True, exist_ok=True)
-                shutil.copy(folder / "results.json", keep / f"{folder.name}.json")
+        jobs = [(out / f"{r}-seed{s}", arguments(r, s, args.env, args.steps, out / f"{r}-seed{s}"))
+                for r in rows for s in args.seeds]  # fmt: skip
+        run_queue(jobs, args.jobs)
+    for folder in folders:
+        keep_finished(folder, keep / f"{folder.name}.json")
     print(f"\n{task}, GRU agent, {args.steps} decisions, seeds {args.seeds}")
     for row in rows:
         print(f"  {row}: {ROWS[row][0]}")
