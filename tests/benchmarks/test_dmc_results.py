@@ -1,0 +1,74 @@
+"""benchmarks.dmc_results: the queue's pieces are the comparisons the README describes, a kept
+piece counts only under configs/dmc.toml as it is now, and the table's numbers are the pieces'
+(means, standard errors and the paired difference computed here independently)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.compare import build_parser, config_from_args
+from agent.comparison.config import CompareConfig
+from agent.comparison.results import Comparison, MethodRun, PointResult
+from agent.core.config import load_config_file
+from benchmarks.dmc_results import CONFIG, arguments, current, report
+
+DMC = load_config_file(CONFIG)
+
+
+def _piece(folder, method: str, seed: int, mean: float, overrides=DMC, status="done"):
+    """A kept piece: one run evaluated at 5,000 and 10,000 decisions, 2 episodes per point."""
+    config = CompareConfig(env_id="dm_control/reacher-easy-v0", steps=10_000,
+                           points=(5_000, 10_000), episodes=2, first_seed=seed, seeds=1,
+                           world_models=() if method == "sac" else (method,),
+                           sac=method == "sac", overrides=overrides)  # fmt: skip
+    comparison = Comparison(config, folder, status=status)
+    run = MethodRun(method, seed, str(folder), status=status)
+    loop = None if method == "sac" else [0.5] * 50
+    for step, train_s in ((5_000, 100.0), (10_000, 250.0)):
+        run.points.append(PointResult(step, [mean - 10, mean + 10], train_s, train_s, 7.0,
+                                      open_loop_error=loop))  # fmt: skip
+    comparison.runs.append(run)
+    folder.mkdir(parents=True, exist_ok=True)
+    comparison.save()
+    return folder / "results.json"
+
+
+@pytest.mark.parametrize("method", ["gru", "geodesic", "sac"])
+def test_each_piece_is_one_method_on_one_seed_under_the_dmc_config(method):
+    config = config_from_args(build_parser().parse_args(arguments("cartpole-swingup", method, 3)))
+    assert config.env_id == "dm_control/cartpole-swingup-v0" and config.seed_list == [3]
+    assert config.methods == [method] and config.overrides == DMC
+    assert config.steps == 50_000 and config.points[-1] == 50_000
+
+
+def test_the_table_holds_the_current_pieces_numbers(tmp_path):
+    kept = tmp_path / "kept" / "reacher-easy"
+    gru, geo = {1: 300.0, 2: 500.0, 3: 700.0}, {1: 450.0, 2: 480.0, 3: 900.0}
+    for seed in (1, 2, 3):
+        _piece(kept / f"gru-seed{seed}", "gru", seed, gru[seed]).rename(
+            kept / f"gru-seed{seed}.json"
+        )
+        _piece(kept / f"geodesic-seed{seed}", "geodesic", seed, geo[seed]).rename(
+            kept / f"geodesic-seed{seed}.json"
+        )
+    stale = _piece(kept / "s1", "sac", 1, 100.0, overrides={**DMC, "agent": {"lr": 1.0}})
+    stale.rename(kept / "sac-seed1.json")
+    _piece(kept / "s2", "sac", 2, 100.0, status="interrupted").rename(kept / "sac-seed2.json")
+    assert current(kept / "gru-seed1.json")
+    assert not current(kept / "sac-seed1.json") and not current(kept / "sac-seed2.json")
+
+    table = report(["reacher-easy"], ["gru", "sac", "geodesic"], [1, 2, 3], tmp_path / "kept",
+                   figures=tmp_path / "figures").splitlines()  # fmt: skip
+    cells = [c.strip() for c in table[2].strip("|").split("|")]
+    g = np.array(list(gru.values()))
+    assert cells[1] == f"{g.mean():.1f} ± {g.std(ddof=1) / np.sqrt(3):.1f} (300.0 / 500.0 / 700.0)"
+    assert cells[3] == "—"  # SAC: no current piece
+    d = np.array([geo[s] - gru[s] for s in (1, 2, 3)])
+    mean, interval = cells[4].split(" [")
+    assert float(mean) == pytest.approx(d.mean(), abs=0.05) and cells[4].endswith("(3 seeds)")
+    low, high = (float(x) for x in interval.split("]")[0].split(", "))
+    assert d.min() <= low <= d.mean() <= high <= d.max()
+    assert cells[5] == "0.50 / 0.50"
+    assert cells[6] == " / ".join(["250 + 14 s"] * 3)
+    assert (tmp_path / "figures" / "reacher-easy" / "learning_curves.png").is_file()
