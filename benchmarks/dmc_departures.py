@@ -14,6 +14,7 @@ model's open-loop error (mean over 1..50 steps, final point) and the cost per de
 
     python -m benchmarks.dmc_departures                              # all rows, seeds 1-2
     python -m benchmarks.dmc_departures --rows current lr --jobs 2   # two runs at a time
+    python -m benchmarks.dmc_departures --rows batch+q-ensemble      # two put back together
     python -m benchmarks.dmc_departures --report-only                # the table of what ran
 
 Each (row, seed) runs in --out/{row}-seed{K}; a rerun resumes unfinished runs from their last
@@ -57,11 +58,32 @@ ROWS: dict[str, tuple[str, dict]] = {
 }
 
 
-def arguments(row: str, seed: int, env_id: str, steps: int, out: Path) -> list[str]:
+def row(name: str) -> tuple[str, dict]:
+    """A row's description and overrides; "a+b" puts back rows a and b together."""
+    parts = name.split("+")
+    unknown = [p for p in parts if p not in ROWS or p == "current"]
+    if len(parts) == 1 and name in ROWS:
+        return ROWS[name]
+    if unknown or len(set(parts)) < len(parts):
+        raise argparse.ArgumentTypeError(
+            f"{name!r}: a row is one of {', '.join(ROWS)}, or several of them joined by '+'"
+        )
+    overrides: dict = {}
+    for part in parts:
+        overrides = merge_tables(overrides, ROWS[part][1])
+    return " and ".join(ROWS[p][0] for p in parts), overrides
+
+
+def _row_name(name: str) -> str:
+    row(name)  # argparse's check
+    return name
+
+
+def arguments(row_name: str, seed: int, env_id: str, steps: int, out: Path) -> list[str]:
     """The agent.compare arguments of one run (its config file written beside its folder)."""
     config = out.with_suffix(".json")
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(json.dumps(merge_tables(load_config_file(BASE), ROWS[row][1]), indent=1))
+    config.write_text(json.dumps(merge_tables(load_config_file(BASE), row(row_name)[1]), indent=1))
     return ["--env", env_id, "--config", str(config), "--steps", str(steps),
             "--world-models", "gru", "--no-sac", "--first-seed", str(seed),
             "--seeds", "1"]  # fmt: skip
@@ -92,10 +114,10 @@ def report(rows: list[str], seeds: list[int], keep: Path) -> str:
         "ms per update / plan |",
         "|---|---:|---:|---:|---|---|---:|---:|",
     ]
-    for row in dict.fromkeys(["current", *rows]):
-        got = [recs[row, s] for s in seeds]
+    for name in dict.fromkeys(["current", *rows]):
+        got = [recs[name, s] for s in seeds]
         if any(g is None for g in got):
-            lines.append(f"| {row} | (not finished) | | | | | | |")
+            lines.append(f"| {name} | (not finished) | | | | | | |")
             continue
         finals = np.array([g["final"].mean() for g in got])  # [seeds]
         se = f"{finals.std(ddof=1) / np.sqrt(len(finals)):.1f}" if len(finals) > 1 else "—"
@@ -103,7 +125,7 @@ def report(rows: list[str], seeds: list[int], keep: Path) -> str:
         area = np.mean([g["points"].mean() for g in got])
         diff, interval = "—", "—"
         base = [recs["current", s] for s in seeds]
-        if row != "current" and all(b is not None for b in base):
+        if name != "current" and all(b is not None for b in base):
             per_seed = [
                 g["final"].mean() - b["final"].mean() for g, b in zip(got, base, strict=True)
             ]
@@ -117,7 +139,7 @@ def report(rows: list[str], seeds: list[int], keep: Path) -> str:
         update, plan = (np.mean([g[k] for g in got]) for k in ("update_ms", "plan_ms"))
         cost = f"{update:.0f} / {plan:.0f}"
         lines.append(
-            f"| {row} | {finals.mean():.1f} ± {se} | {100 * hits:.0f}% | {area:.1f} | {diff} "
+            f"| {name} | {finals.mean():.1f} ± {se} | {100 * hits:.0f}% | {area:.1f} | {diff} "
             f"| {interval} | {np.mean(ol):.2f} | {cost} |"
         )
     return "\n".join(lines)
@@ -126,7 +148,9 @@ def report(rows: list[str], seeds: list[int], keep: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="dm_control/reacher-easy-v0")
-    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
+    rows_help = f"rows: {', '.join(ROWS)}; 'a+b' puts back a and b together"
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), type=_row_name, metavar="ROW",
+                        help=rows_help)  # fmt: skip
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--steps", type=int, default=15_000, help="decisions per run")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one core each)")
@@ -137,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     task = args.env.split("/")[-1].removesuffix("-v0")
     out, keep = args.out / task, args.keep / task
     rows = list(dict.fromkeys(["current", *args.rows]))
-    folders = [out / f"{row}-seed{seed}" for row in rows for seed in args.seeds]
+    folders = [out / f"{name}-seed{seed}" for name in rows for seed in args.seeds]
     if not args.report_only:
         jobs = [(out / f"{r}-seed{s}", arguments(r, s, args.env, args.steps, out / f"{r}-seed{s}"))
                 for r in rows for s in args.seeds]  # fmt: skip
@@ -145,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     for folder in folders:
         keep_finished(folder, keep / f"{folder.name}.json")
     print(f"\n{task}, GRU agent, {args.steps} decisions, seeds {args.seeds}")
-    for row in rows:
-        print(f"  {row}: {ROWS[row][0]}")
+    for name in rows:
+        print(f"  {name}: {row(name)[0]}")
     print(report(rows, args.seeds, keep))
     return 0
 

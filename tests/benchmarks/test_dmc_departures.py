@@ -3,6 +3,7 @@ from configs/dmc.toml's GRU agent in exactly the settings it names."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from agent.cli import merge_tables
 from agent.comparison.config import CompareConfig
 from agent.core.config import load_config_file
-from benchmarks.dmc_departures import BASE, ROWS
+from benchmarks.dmc_departures import BASE, ROWS, row
 
 
 def _flat(config) -> dict[str, object]:
@@ -44,3 +45,14 @@ def test_each_row_changes_exactly_the_settings_it_names(row):
     base, changed = _flat(_run_config({})), _flat(_run_config(ROWS[row][1]))
     differ = {k for k in base if base[k] != changed[k]}
     assert differ == _named(ROWS[row][1])
+
+
+def test_rows_joined_by_plus_change_the_union_of_their_settings():
+    description, overrides = row("batch+q-ensemble+encoder")
+    assert description.startswith(ROWS["batch"][0]) and ROWS["encoder"][0] in description
+    base, changed = _flat(_run_config({})), _flat(_run_config(overrides))
+    differ = {k for k in base if base[k] != changed[k]}
+    assert differ == set().union(*(_named(ROWS[r][1]) for r in ("batch", "q-ensemble", "encoder")))
+    for bad in ("batch+nothing", "batch+batch", "current+lr"):
+        with pytest.raises(argparse.ArgumentTypeError, match="joined by"):
+            row(bad)
