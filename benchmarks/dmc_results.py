@@ -6,7 +6,8 @@ Each (task, method, seed) is one `agent.compare` piece in --out/{task}/{method}-
 resumable queue (benchmarks/dmc_queue.py: a rerun continues unfinished pieces from their
 checkpoints), `--jobs` at a time, one core each. A finished piece's results.json is kept as
 docs/results/dmc/{task}/{method}-seed{K}.json; a kept piece counts only if it finished under
-the configs/dmc.toml of now (its overrides equal the file's), else it is run again.
+the configs/dmc.toml of now (its overrides equal the file's), else it is run again (a folder
+started under an older file is moved aside to {method}-seed{K}.old-N, never resumed).
 
 The table, per task at the last point: each method's mean over seeds ± its standard error (each
 seed in brackets), the paired geodesic - GRU difference with its bootstrap 95% interval over
@@ -51,9 +52,27 @@ def arguments(task: str, method: str, seed: int) -> list[str]:
             "--first-seed", str(seed), "--seeds", "1"]  # fmt: skip
 
 
+def _older_config(path: Path) -> bool:
+    """Whether `path` (a piece's folder or kept file) holds a comparison started under another
+    configs/dmc.toml than the file of now."""
+    path = path / "results.json" if path.is_dir() else path
+    return path.is_file() and load_comparison(path).config.overrides != load_config_file(CONFIG)
+
+
 def current(path: Path) -> bool:
     """Whether a kept piece finished under configs/dmc.toml as it is now."""
-    return finished(path) and load_comparison(path).config.overrides == load_config_file(CONFIG)
+    return finished(path) and not _older_config(path)
+
+
+def set_aside(folder: Path) -> Path | None:
+    """Move a piece's folder started under an older configs/dmc.toml to `{folder}.old-N` (the
+    queue would resume it under its own config), so that the piece starts again; its path."""
+    if not _older_config(folder):
+        return None
+    n = 1
+    while folder.with_name(f"{folder.name}.old-{n}").exists():
+        n += 1
+    return folder.rename(folder.with_name(f"{folder.name}.old-{n}"))
 
 
 def pieces(task: str, methods: list[str], seeds: list[int], kept: Path) -> list[Path]:
@@ -156,9 +175,14 @@ def main(argv: list[str] | None = None) -> int:
         if not current(args.keep / task / f"{m}-seed{s}.json")
     ]
     if not args.report_only:
+        for folder, _ in jobs:
+            if (old := set_aside(folder)) is not None:
+                print(f"{folder.parent.name}/{folder.name} ran under an older configs/dmc.toml: "
+                      f"moved to {old.name}, starting again")  # fmt: skip
         run_queue(jobs, args.jobs)
     for folder, _ in jobs:
-        if keep_finished(folder, args.keep / folder.parent.name / f"{folder.name}.json"):
+        kept = args.keep / folder.parent.name / f"{folder.name}.json"
+        if not _older_config(folder) and keep_finished(folder, kept):
             print(f"kept {folder.parent.name}/{folder.name}")
     print(report(args.tasks, methods, args.seeds, args.keep, args.figures))
     return 0

@@ -11,7 +11,7 @@ from agent.compare import build_parser, config_from_args
 from agent.comparison.config import CompareConfig
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.core.config import load_config_file
-from benchmarks.dmc_results import CONFIG, arguments, current, report
+from benchmarks.dmc_results import CONFIG, arguments, current, report, set_aside
 
 DMC = load_config_file(CONFIG)
 
@@ -72,3 +72,14 @@ def test_the_table_holds_the_current_pieces_numbers(tmp_path):
     assert cells[5] == "0.50 / 0.50"
     assert cells[6] == " / ".join(["250 + 14 s"] * 3)
     assert (tmp_path / "figures" / "reacher-easy" / "learning_curves.png").is_file()
+
+
+def test_a_folder_started_under_an_older_config_is_set_aside_and_never_kept(tmp_path):
+    old = _piece(tmp_path / "gru-seed1", "gru", 1, 300.0, overrides={**DMC, "agent": {"lr": 1.0}})
+    now = _piece(tmp_path / "gru-seed2", "gru", 2, 300.0)
+    moved = set_aside(old.parent)
+    assert moved == tmp_path / "gru-seed1.old-1" and (moved / "results.json").is_file()
+    assert not (tmp_path / "gru-seed1").exists()
+    assert set_aside(now.parent) is None and now.is_file()
+    _piece(tmp_path / "gru-seed1", "gru", 1, 300.0, overrides={**DMC, "agent": {"lr": 1.0}})
+    assert set_aside(tmp_path / "gru-seed1") == tmp_path / "gru-seed1.old-2"
