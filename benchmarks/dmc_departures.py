@@ -1,9 +1,11 @@
 """Why the GRU agent trails TD-MPC2 on a DeepMind Control task: the agent's departures from
-TD-MPC2 put back one at a time, each paired against the current configuration at a reduced
-budget (issue 45, item 1; docs/measurements.md, "DMC departures from TD-MPC2").
+TD-MPC2 put back one at a time, each paired against the configuration they depart from at a
+reduced budget (issue 45, item 1; docs/measurements.md, "DMC departures from TD-MPC2").
 
-Every row is a full `agent.compare` run of the GRU agent under configs/dmc.toml with one change
-(below; "current" is the file unchanged), `--steps` decisions (default 15,000 = 30k environment
+Every row is a full `agent.compare` run of the GRU agent under configs/dmc.toml as it was before
+these runs put two departures back into it (BEFORE_FIX: 2 Q heads without dropout, encoder 128
+wide with 1 layer) with one change (below; "current" is that configuration unchanged), `--steps`
+decisions (default 15,000 = 30k environment
 steps at action repeat 2), evaluated like the results runs: 10 deterministic episodes on seeds
 10000..10009 every 5,000 decisions, so every row meets the same episodes. Per row: the final
 mean return and its hit rate (episodes above 500: reacher's returns split into hits near 1000
@@ -36,12 +38,18 @@ from agent.comparison.stats import paired_differences
 from agent.core.config import load_config_file
 from benchmarks.dmc_queue import ROOT, finished, keep_finished, run_queue
 
-BASE = ROOT / "configs" / "dmc.toml"
+DMC = ROOT / "configs" / "dmc.toml"
+# what configs/dmc.toml held before the Q ensemble and the encoder were put back (2026-12-07):
+# every row departs from it, so that the kept rows stay comparable with "current"
+BEFORE_FIX = {
+    "model": {"num_q": 2, "q_dropout": 0.0},
+    "dynamics": {"encoder_dim": 128, "encoder_layers": 1},
+}
 HIT = 500.0
 # row -> (what it puts back from TD-MPC2, the overrides by section); TD-MPC2's values from its
 # config.yaml (docs/measurements.md, "DMC departures from TD-MPC2", lists them)
 ROWS: dict[str, tuple[str, dict]] = {
-    "current": ("configs/dmc.toml unchanged", {}),
+    "current": ("configs/dmc.toml before 2026-12-07, unchanged", {}),
     "lr": ("learning rate 3e-4 (1e-3)", {"agent": {"lr": 3e-4}}),
     "batch": ("batch 256 (128)", {"agent": {"batch_size": 256}}),
     "q-ensemble": ("5 Q heads, dropout 0.01 (2, none)", {"model": {"num_q": 5, "q_dropout": 0.01}}),
@@ -56,6 +64,11 @@ ROWS: dict[str, tuple[str, dict]] = {
         {"dynamics": {"gru": {"encoder_dim": 256, "encoder_layers": 2}}},
     ),
 }
+
+
+def base() -> dict:
+    """The overrides every row departs from: configs/dmc.toml with BEFORE_FIX."""
+    return merge_tables(load_config_file(DMC), BEFORE_FIX)
 
 
 def row(name: str) -> tuple[str, dict]:
@@ -83,7 +96,7 @@ def arguments(row_name: str, seed: int, env_id: str, steps: int, out: Path) -> l
     """The agent.compare arguments of one run (its config file written beside its folder)."""
     config = out.with_suffix(".json")
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(json.dumps(merge_tables(load_config_file(BASE), row(row_name)[1]), indent=1))
+    config.write_text(json.dumps(merge_tables(base(), row(row_name)[1]), indent=1))
     return ["--env", env_id, "--config", str(config), "--steps", str(steps),
             "--world-models", "gru", "--no-sac", "--first-seed", str(seed),
             "--seeds", "1"]  # fmt: skip

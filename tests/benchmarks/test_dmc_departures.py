@@ -1,5 +1,6 @@
 """benchmarks.dmc_departures: every row is a valid agent.compare configuration that differs
-from configs/dmc.toml's GRU agent in exactly the settings it names."""
+from the GRU agent it departs from in exactly the settings it names, and that agent is the one
+the kept "current" runs measured."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 from agent.cli import merge_tables
 from agent.comparison.config import CompareConfig
-from agent.core.config import load_config_file
-from benchmarks.dmc_departures import BASE, ROWS, row
+from agent.comparison.merge import load_comparison
+from benchmarks.dmc_departures import ROWS, base, row
+from benchmarks.dmc_queue import ROOT
 
 
 def _flat(config) -> dict[str, object]:
@@ -26,7 +28,7 @@ def _flat(config) -> dict[str, object]:
 def _run_config(overrides: dict):
     return CompareConfig(
         env_id="dm_control/reacher-easy-v0", steps=15_000, world_models=("gru",), sac=False,
-        overrides=merge_tables(load_config_file(BASE), overrides),
+        overrides=merge_tables(base(), overrides),
     ).run_config("gru", seed=1)  # fmt: skip
 
 
@@ -56,3 +58,10 @@ def test_rows_joined_by_plus_change_the_union_of_their_settings():
     for bad in ("batch+nothing", "batch+batch", "current+lr"):
         with pytest.raises(argparse.ArgumentTypeError, match="joined by"):
             row(bad)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_rows_depart_from_the_agent_the_kept_current_runs_measured(seed):
+    kept = ROOT / "docs/results/dmc/departures/reacher-easy" / f"current-seed{seed}.json"
+    measured = load_comparison(kept).config.run_config("gru", seed=1)
+    assert _flat(measured) == _flat(_run_config({}))
