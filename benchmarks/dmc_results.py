@@ -17,7 +17,8 @@ each task's merged comparison (learning curves with the published points, open-l
 
     python -m benchmarks.dmc_results --jobs 2                               # run what is missing
     python -m benchmarks.dmc_results --tasks reacher-easy --methods gru sac
-    python -m benchmarks.dmc_results --report-only --figures runs/dmc-figures
+    python -m benchmarks.dmc_results --report-only --figures runs/dmc-figures  # where each
+                                                   # unfinished piece stands, then the table
 """
 
 from __future__ import annotations
@@ -79,6 +80,22 @@ def pieces(task: str, methods: list[str], seeds: list[int], kept: Path) -> list[
     """The kept, current pieces of a task, the GRU's first (the paired table's reference)."""
     paths = [kept / task / f"{m}-seed{s}.json" for m in methods for s in seeds]
     return [p for p in paths if current(p)]
+
+
+def progress(folder: Path) -> str:
+    """Where an unfinished piece stands: its last evaluation, training and evaluation time."""
+    if not (folder / "results.json").is_file():
+        return "not started"
+    comparison = load_comparison(folder)
+    points = [p for run in comparison.runs for p in run.points]
+    if not points:
+        return f"started, no evaluation yet (of {comparison.config.steps:,} decisions)"
+    last = points[-1]
+    return (
+        f"{comparison.status}, evaluated at {last.step:,} of {comparison.config.steps:,} "
+        f"decisions ({last.train_s:,.0f} s of training, "
+        f"{sum(p.eval_s for p in points):,.0f} s of evaluation)"
+    )
 
 
 def _cell(values: dict[int, float], fmt: str = "{:.1f}") -> str:
@@ -184,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         kept = args.keep / folder.parent.name / f"{folder.name}.json"
         if not _older_config(folder) and keep_finished(folder, kept):
             print(f"kept {folder.parent.name}/{folder.name}")
+        elif args.report_only:
+            print(f"{folder.parent.name}/{folder.name}: {progress(folder)}")
     print(report(args.tasks, methods, args.seeds, args.keep, args.figures))
     return 0
 

@@ -11,7 +11,7 @@ from agent.compare import build_parser, config_from_args
 from agent.comparison.config import CompareConfig
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.core.config import load_config_file
-from benchmarks.dmc_results import CONFIG, arguments, current, report, set_aside
+from benchmarks.dmc_results import CONFIG, arguments, current, progress, report, set_aside
 
 DMC = load_config_file(CONFIG)
 
@@ -83,3 +83,12 @@ def test_a_folder_started_under_an_older_config_is_set_aside_and_never_kept(tmp_
     assert set_aside(now.parent) is None and now.is_file()
     _piece(tmp_path / "gru-seed1", "gru", 1, 300.0, overrides={**DMC, "agent": {"lr": 1.0}})
     assert set_aside(tmp_path / "gru-seed1") == tmp_path / "gru-seed1.old-2"
+
+
+def test_an_unfinished_piece_says_where_it_stands(tmp_path):
+    assert progress(tmp_path / "gru-seed1") == "not started"
+    _piece(tmp_path / "gru-seed1", "gru", 1, 300.0, status="interrupted")
+    assert progress(tmp_path / "gru-seed1") == (
+        "interrupted, evaluated at 10,000 of 10,000 decisions (250 s of training, 14 s of "
+        "evaluation)"
+    )
