@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -141,11 +141,15 @@ def train_agent(
     on_point: Callable[[PointResult], bool | None],
     *,
     resume: bool = False,
+    recorded: Collection[int] = (),
 ) -> str:
     """Train the agent of `method` (a world model or an ablation's row) on `seed` to
     config.steps, logging to `run_dir`, and hand each evaluation point to `on_point` (which
     returns False to stop the run there, e.g. at a target return). `resume`: continue from
-    run_dir's checkpoint (points up to its step are not evaluated again). Returns the Trainer's
+    run_dir's checkpoint; points before its step are not evaluated again, nor one at its step
+    that is in `recorded` (the steps already handed on). A point at the checkpoint's own step
+    that is not is evaluated first: the checkpoint at an episode end is written before the
+    point's evaluation, so a kill during that evaluation leaves it so. Returns the Trainer's
     status ('done', 'stopped' by on_point, or 'interrupted': a Ctrl-C stops at the next step); a
     checkpoint is written in every case."""
     run_config = config.run_config(method, seed)
@@ -158,7 +162,8 @@ def train_agent(
         agent = Agent(None, run_config)
         (run_dir / "config.json").write_text(json.dumps(run_config.to_dict(), indent=2))
         trainer = _MeasuredTrainer(agent, run_dir, progress=run_config.train.progress)
-    pending = [p for p in config.points if p > agent.num_timesteps]
+    at = agent.num_timesteps
+    pending = [p for p in config.points if p > at or (p == at and p not in recorded)]
 
     def at_point(trainer: _MeasuredTrainer) -> bool:
         if not pending or agent.num_timesteps != pending[0]:
@@ -184,6 +189,8 @@ def train_agent(
         return go_on is not False
 
     try:
+        if pending and pending[0] == at and not at_point(trainer):
+            return "stopped"
         return trainer.run(config.steps, callback=at_point)
     finally:
         trainer.close()
@@ -359,9 +366,11 @@ def run_comparison(
                 last = run.points[-1] if resume and run.points else None
                 run.status = train_sac(config, run.seed, run_dir, on_point, resume_from=last)
             else:
+                recorded = [p.step for p in run.points]
                 run.status = train_agent(
-                    config, run.method, run.seed, run_dir, on_point, resume=resume
-                )
+                    config, run.method, run.seed, run_dir, on_point, resume=resume,
+                    recorded=recorded,
+                )  # fmt: skip
             _save_record(run)
             comparison.save()
             if run.status == "interrupted":

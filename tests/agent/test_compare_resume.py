@@ -159,3 +159,38 @@ def test_sac_continues_from_the_model_and_replay_buffer_of_its_last_point(tmp_pa
     model = SAC.load(tmp_path / SAC_MODEL)
     model.load_replay_buffer(tmp_path / SAC_REPLAY)
     assert model.num_timesteps == 300 and model.replay_buffer.size() == 300
+
+
+def test_a_point_whose_evaluation_was_killed_is_evaluated_when_the_run_resumes(tmp_path, capsys):
+    """The checkpoint at an episode end is written before that step's evaluation point: a kill
+    during the evaluation leaves a checkpoint at the point's step and no point in the record
+    (made here by taking the last point out of a finished run's records). The resume evaluates
+    it before training on, with the uninterrupted run's returns."""
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(tiny(train={"checkpoint_every": 50})))
+    settings = ["--no-sac", "--seeds", "1", "--steps", "200", "--at", "100", "200",
+                "--episodes", "2", "--config", str(config)]  # fmt: skip
+    out = tmp_path / "killed"
+    code, err, _ = call_main(
+        compare.main, ["--world-models", "gru", *settings, "--out", str(out)], capsys
+    )
+    assert code == 0, err
+    finished = json.loads((out / "results.json").read_text())
+    (record_path,) = out.glob("runs/*__gru__*/compare_run.json")
+    record = json.loads(record_path.read_text())
+    assert (
+        load_checkpoint(record_path.parent / CHECKPOINT_NAME)["agent"]["counters"]["num_timesteps"]
+        == 200
+    )
+    record["points"], record["status"] = record["points"][:1], "interrupted"
+    record_path.write_text(json.dumps(record))
+    results = json.loads(json.dumps(finished))
+    results["status"] = "interrupted"
+    results["runs"][0].update(points=record["points"], status="interrupted")
+    (out / "results.json").write_text(json.dumps(results))
+
+    code, err, _ = call_main(compare.main, ["--resume", str(out)], capsys)
+    assert code == 0, err
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["status"] == "done" and [p["step"] for p in run["points"]] == [100, 200]
+    assert run["points"][1]["returns"] == finished["runs"][0]["points"][1]["returns"]
