@@ -3,10 +3,10 @@ TD-MPC2 put back one at a time, each paired against the configuration they depar
 reduced budget (issue 45, item 1; docs/measurements.md, "DMC departures from TD-MPC2").
 
 Every row is a full `agent.compare` run of the GRU agent under configs/dmc.toml as it was before
-these runs put two departures back into it (BEFORE_FIX: 2 Q heads without dropout, encoder 128
-wide with 1 layer) with one change (below; "current" is that configuration unchanged), `--steps`
-decisions (default 15,000 = 30k environment
-steps at action repeat 2), evaluated like the results runs: 10 deterministic episodes on seeds
+these runs put three departures back into it (BEFORE_FIX: 2 Q heads without dropout, encoder
+128 wide with 1 layer, GRU latent 128) with one change (below; "current" is that configuration
+unchanged), `--steps` decisions (default 15,000 = 30k environment steps at action repeat 2),
+evaluated like the results runs: 10 deterministic episodes on seeds
 10000..10009 every 5,000 decisions, so every row meets the same episodes. Per row: the final
 mean return and its hit rate (episodes above 500: reacher's returns split into hits near 1000
 and misses near 0), the mean over the evaluation points, the paired difference from "current"
@@ -39,11 +39,12 @@ from agent.core.config import load_config_file
 from benchmarks.dmc_queue import ROOT, finished, keep_finished, run_queue
 
 DMC = ROOT / "configs" / "dmc.toml"
-# what configs/dmc.toml held before the Q ensemble and the encoder were put back (2026-12-07):
-# every row departs from it, so that the kept rows stay comparable with "current"
+# what configs/dmc.toml held before the Q ensemble, the encoder and the GRU's latent were put
+# back (2026-12-07): every row departs from it, so that the kept rows stay comparable with
+# "current"
 BEFORE_FIX = {
     "model": {"num_q": 2, "q_dropout": 0.0},
-    "dynamics": {"encoder_dim": 128, "encoder_layers": 1},
+    "dynamics": {"encoder_dim": 128, "encoder_layers": 1, "gru": {"latent_dim": 128}},
 }
 HIT = 500.0
 # row -> (what it puts back from TD-MPC2, the overrides by section); TD-MPC2's values from its
@@ -59,6 +60,10 @@ ROWS: dict[str, tuple[str, dict]] = {
     ),
     "heads": ("head width 512 (128)", {"model": {"hidden_dim": 512}}),
     "latent": ("GRU latent 512 (128)", {"dynamics": {"gru": {"latent_dim": 512}}}),
+    "latent-256": (
+        "GRU latent 256 (128; TD-MPC2 512, at a third of its cost)",
+        {"dynamics": {"gru": {"latent_dim": 256}}},
+    ),
     "encoder": (
         "encoder 256 wide, 2 layers (128, 1)",
         {"dynamics": {"gru": {"encoder_dim": 256, "encoder_layers": 2}}},
