@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agent.core.config import INT_MAX, ConfigError, field_docs
+from agent.core.config import INT_MAX, ConfigError, field_docs, merge_tables
 
 __all__ = [
     "folder_problem",
@@ -32,7 +32,6 @@ __all__ = [
     "dotted_table",
     "field_doc",
     "markdown_table",
-    "merge_tables",
     "nonempty",
     "out_of_range",
     "parse_value",
@@ -241,14 +240,3 @@ def markdown_table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
     rule = "| " + " | ".join("-" * w for w in widths) + " |"
     return [line(columns), rule, *map(line, rows)]
-
-
-def merge_tables(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `extra`'s keys set, nested tables merged key by key (a new dict)."""
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_tables(out[key], value)
-        else:
-            out[key] = value
-    return out

@@ -15,9 +15,8 @@ from agent.cli import (
     config_overrides,
     dotted_table,
     field_doc,
-    merge_tables,
 )
-from agent.core.config import SECTIONS, RunConfig, TrainConfig, load_config_file
+from agent.core.config import SECTIONS, RunConfig, TrainConfig, load_config_file, merge_tables
 from envs import SUPPORTED_ENVS
 from world_model.registry import dynamics_names, get_dynamics
 

@@ -32,10 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.cli import merge_tables
 from agent.comparison.merge import load_comparison
 from agent.comparison.stats import paired_differences
-from agent.core.config import load_config_file
+from agent.core.config import load_config_file, merge_tables
 from benchmarks.dmc_queue import ROOT, finished, keep_finished, run_queue
 
 DMC = ROOT / "configs" / "dmc.toml"

@@ -20,8 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.cli import merge_tables
-from agent.core.config import ConfigError
+from agent.core.config import ConfigError, merge_tables
 
 __all__ = [
     "FULL_MODEL",

@@ -2,8 +2,9 @@
 RunConfig overrides, the ablations), validated at construction so that bad input fails before
 anything runs.
 
-A `--config` file applies by section, as `agent.train` applies it; [dynamics] keys go to every
-world model, a sub-table [dynamics.NAME] to world model NAME only (their keys differ). An
+A `--config` file applies by section, as `agent.train` applies it: [dynamics] keys go to every
+world model, a sub-table [dynamics.NAME] to world model NAME only (agent.core.config's
+`select_dynamics`). An
 ablation (agent/comparison/ablations.py) is one more method: the geodesic model's config with
 the ablation's [dynamics] overrides on top.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.cli import merge_tables
 from agent.comparison.ablations import (
     ABLATIONS,
     FULL_MODEL,
@@ -22,8 +22,8 @@ from agent.comparison.ablations import (
     check_ablations,
     split_methods,
 )
-from agent.core.config import INT_MAX, ConfigError, RunConfig, TrainConfig
-from world_model.registry import dynamics_names, get_dynamics
+from agent.core.config import INT_MAX, ConfigError, RunConfig, TrainConfig, select_dynamics
+from world_model.registry import get_dynamics
 
 __all__ = ["SAC", "DEFAULT_POINTS", "DEFAULT_WORLD_MODELS", "CompareConfig", "default_points"]
 
@@ -180,7 +180,7 @@ class CompareConfig:
         ablation's [dynamics] overrides (when `method` is an ablation's row) < this run."""
         ablation = ablation_of_row(method)
         world_model = method if ablation is None else FULL_MODEL
-        dynamics = _dynamics_overrides(self.overrides.get("dynamics", {}), world_model)
+        dynamics = select_dynamics(self.overrides.get("dynamics", {}), world_model)
         sections = {
             **self.overrides,
             "train": self._train_overrides(world_model, seed),
@@ -237,16 +237,6 @@ class CompareConfig:
         if not self.ablations:
             return {}
         return {"ablations": {ABLATIONS[n].row: ABLATIONS[n].dynamics for n in self.ablations}}
-
-
-def _dynamics_overrides(section: Any, world_model: str) -> Any:
-    """[dynamics] keys shared by every world model, then [dynamics.<world_model>]'s."""
-    if not isinstance(section, dict):
-        return section  # RunConfig.from_dict reports it
-    names = set(dynamics_names())
-    shared = {k: v for k, v in section.items() if not (k in names and isinstance(v, dict))}
-    own = section.get(world_model)
-    return merge_tables(shared, own) if isinstance(own, dict) else shared
 
 
 def _dotted(table: dict[str, Any], prefix: str = "dynamics.") -> str:

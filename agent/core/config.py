@@ -32,7 +32,7 @@ from typing import Any, Literal
 from agent.core.planner import PlannerConfig
 from world_model.model import DynamicsConfig, WorldModelConfig
 from world_model.options import check_choices
-from world_model.registry import get_dynamics
+from world_model.registry import dynamics_names, get_dynamics
 from world_model.training import LossConfig
 
 __all__ = [
@@ -45,7 +45,9 @@ __all__ = [
     "config_from_dict",
     "field_docs",
     "load_config_file",
+    "merge_tables",
     "migrate_config",
+    "select_dynamics",
 ]
 
 DEVICES_HELP = "auto (cuda if available, else cpu), cpu, cuda or cuda:N"
@@ -320,6 +322,29 @@ def _field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def merge_tables(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `extra`'s keys set, nested tables merged key by key (a new dict)."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_tables(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def select_dynamics(section: Any, world_model: str) -> Any:
+    """A [dynamics] section for `world_model`: the keys shared by every world model, then its
+    own sub-table [dynamics.<world_model>] merged on top; other world models' sub-tables are
+    dropped (a config file can serve every world model, as configs/dmc.toml does)."""
+    if not isinstance(section, dict):
+        return section  # from_dict reports it
+    names = set(dynamics_names())
+    shared = {k: v for k, v in section.items() if not (k in names and isinstance(v, dict))}
+    own = section.get(world_model)
+    return merge_tables(shared, own) if isinstance(own, dict) else shared
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON (.json) or TOML (.toml) file of sections -> {key: value}."""
     path = Path(path)
@@ -402,9 +427,8 @@ class RunConfig:
             raise ConfigError(str(err)) from None
         same_dynamics = parts["train"].world_model == base.train.world_model
         dyn_base = base.dynamics if same_dynamics else None
-        parts["dynamics"] = config_from_dict(
-            spec.config_cls, data.get("dynamics", {}), "dynamics", dyn_base
-        )
+        dynamics = select_dynamics(data.get("dynamics", {}), spec.name)
+        parts["dynamics"] = config_from_dict(spec.config_cls, dynamics, "dynamics", dyn_base)
         return cls(**parts)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:

@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from agent import evaluate as evaluate_cli
 from agent import train as train_cli
 from agent.core.agent import Agent
-from agent.core.config import RunConfig, TrainConfig, field_docs
+from agent.core.config import ConfigError, RunConfig, TrainConfig, field_docs
 from agent.persistence.checkpoint import load_checkpoint
 from agent.persistence.runs import CHECKPOINT_NAME
 from tests.agent.conftest import call_main, tiny
@@ -325,6 +325,33 @@ def test_dynamics_section_is_checked_against_the_world_model_flag(tmp_path):
     bad = run_cli("agent.train", "--config", str(good), "--steps", "10")  # GRU has no force
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "unknown key 'integrator' in [dynamics]" in bad.stderr
+
+
+def test_one_config_file_serves_every_world_model_through_its_own_sub_table():
+    """configs/dmc.toml holds keys for every world model in [dynamics] and the GRU's own in
+    [dynamics.gru]: `agent.train --config configs/dmc.toml` reads it for either world model (the
+    GRU gets its latent of 256, the geodesic model its own latent and the shared encoder); a
+    world model's sub-table never reaches another (the geodesic has no `hidden` key)."""
+    from agent.train import build_parser, config_from_args
+
+    dmc = Path(__file__).resolve().parents[2] / "configs" / "dmc.toml"
+    configs = {
+        name: config_from_args(
+            build_parser().parse_args(["--world-model", name, "--config", str(dmc)])
+        )
+        for name in ("gru", "geodesic")
+    }
+    gru, geodesic = configs["gru"].dynamics, configs["geodesic"].dynamics
+    assert (gru.latent_dim, gru.encoder_dim, gru.encoder_layers) == (256, 256, 2)
+    assert (geodesic.encoder_dim, geodesic.encoder_layers) == (256, 2)
+    assert geodesic.latent_dim == type(geodesic)().latent_dim != 256
+    section = {"encoder_dim": 8, "gru": {"latent_dim": 32}, "geodesic": {"latent_dim": 6}}
+    gru = RunConfig.from_dict({"dynamics": section}).dynamics
+    assert (gru.encoder_dim, gru.latent_dim) == (8, 32)
+    with pytest.raises(ConfigError, match="unknown key 'hidden' in \\[dynamics\\]"):
+        RunConfig.from_dict(
+            {"train": {"world_model": "geodesic"}, "dynamics": {"geodesic": {"hidden": 3}}}
+        )
 
 
 @pytest.mark.parametrize(("operator", "routing"), [("dense", "dense"), ("dense", "gsr")])

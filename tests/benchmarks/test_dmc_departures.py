@@ -9,9 +9,9 @@ import dataclasses
 
 import pytest
 
-from agent.cli import merge_tables
 from agent.comparison.config import CompareConfig
 from agent.comparison.merge import load_comparison
+from agent.core.config import merge_tables
 from benchmarks.dmc_departures import ROWS, base, row
 from benchmarks.dmc_queue import ROOT
 
