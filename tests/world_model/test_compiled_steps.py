@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from world_model.geodesic import GeodesicConfig, GeodesicDynamics, GeodesicState
-from world_model.geodesic.compiled import CompiledSteps, pad_rows
+from world_model.geodesic.compiled import MEMORY_CHUNK, CompiledSteps, pad_rows
 from world_model.geodesic.config import ContextConfig, GeodesicHeadOptions
 from world_model.memory.episodic import MemoryInputs
 
@@ -115,6 +115,21 @@ def test_the_compiled_path_without_a_compiler_is_the_eager_step():
         assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
+def test_the_memory_read_in_chunks_is_the_memory_read_at_once(monkeypatch):
+    """memory_bank evaluates the distinct transitions' kicks MEMORY_CHUNK rows at a time; with
+    chunks of 3 rows (4 chunks, the last of one row) the bank is the one-chunk bank, routed pool
+    included (rows are independent)."""
+    dyn = small(memory="dense", routing="gsr", pool_capacity=16, route_k=5)
+    inputs = memory_inputs(transitions=10)
+    with torch.no_grad():
+        want = dyn.memory_bank(inputs)
+        monkeypatch.setattr("world_model.geodesic.dynamics.MEMORY_CHUNK", 3)
+        got = dyn.memory_bank(inputs)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert want.values.abs().amax() > 0  # a bank with residuals, not an empty one
+
+
 def test_padded_rows_leave_the_first_rows_and_the_memory_bank_as_they_are():
     """pad_rows appends origin rows up to a fixed count; the memory's bank read through the
     padded rows (a compiled model's path, here eager) is the unpadded bank, with routing too
@@ -125,6 +140,7 @@ def test_padded_rows_leave_the_first_rows_and_the_memory_bank_as_they_are():
     assert pad_rows(torch.zeros(64, 4)).shape == (64, 4)
     assert pad_rows(torch.zeros(65, 4)).shape == (256, 4)
     assert pad_rows(torch.zeros(20000, 4)).shape == (20000, 4)  # beyond the last size: as is
+    assert pad_rows(torch.zeros(MEMORY_CHUNK, 4)).shape == (MEMORY_CHUNK, 4)  # a full chunk
     eager = small(memory="dense", routing="gsr", pool_capacity=16, route_k=5)
     dyn = copy.deepcopy(eager)
     dyn.compile_steps()

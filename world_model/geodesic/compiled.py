@@ -6,9 +6,9 @@ On one CPU thread an eager step is ~600 small tensor ops whose cost is dispatch,
 inductor fuses them into a few generated C++ loops around the matrix products. Kinds (each its
 own graph, compiled at its first call): a plan's steps and its rows' root terms
 (`position_terms`) at the plan's batch, the episodic memory's kicks at its distinct
-transitions (`position_terms` at a padded row count, pad_rows: 64 in a plan, the next of a few
-sizes in an update), and the steps under autograd at the training batch (a forward graph and, at
-the first backward, its backward graph). What makes the graphs whole:
+transitions (`position_terms` at a padded row count, pad_rows: 64 in a plan, chunks of
+MEMORY_CHUNK rows in an update, the last padded), and the steps under autograd at the training
+batch (a forward graph and, at the first backward, its backward graph). What makes the graphs whole:
 
 - the constant tables the geometry reads (geometry/tables.py) are dict reads, not rebuilt;
 - the chiral projector (complex arithmetic, which inductor does not generate code for) and the
@@ -41,7 +41,7 @@ from torch import Tensor
 from .context import GeodesicContext
 from .integrator import GeodesicCrossAttention, PositionTerms
 
-__all__ = ["CompiledSteps", "pad_rows"]
+__all__ = ["CompiledSteps", "MEMORY_CHUNK", "pad_rows"]
 
 _logger = logging.getLogger(__name__)
 
@@ -55,9 +55,15 @@ INDUCTOR_OPTIONS = {"inplace_buffers": False, "cpp.enable_loop_tail_vec": False}
 """inductor passes that miscompiled the training step (module docstring)"""
 
 
-PADDED_ROWS = (64, 256, 1024, 4096, 16384)
+PADDED_ROWS = (64, 256, 1024, 2048)
 """row counts a batch of varying size is padded to (pad_rows) so that it meets a few graphs:
-the memory's distinct transitions, 0-64 in a plan, up to batch x capacity in an update"""
+the memory's distinct transitions, 0-64 in a plan, up to batch x capacity in an update, read in
+chunks of the last size (MEMORY_CHUNK)"""
+
+MEMORY_CHUNK = PADDED_ROWS[-1]
+"""rows of the memory's distinct transitions whose kicks are evaluated at once. One chunk of all
+~6,000-8,000 of an update padded to 16,384 cost 2.6x the chunks' time (reacher-easy, a 20k
+buffer: 186 against 71 ms per update; docs/measurements.md, "The memory's read in chunks")"""
 
 
 def pad_rows(z: Tensor, sizes: tuple[int, ...] = PADDED_ROWS) -> Tensor:

@@ -23,7 +23,7 @@ from world_model.memory.window import TrajectoryWindow, state_features
 from world_model.model import Dynamics, LatentState, carried
 
 from . import reports
-from .compiled import CompiledSteps, pad_rows
+from .compiled import MEMORY_CHUNK, CompiledSteps, pad_rows
 from .config import TEXTURE, GeodesicConfig
 from .context import GeodesicContext
 from .integrator import GeodesicCrossAttention, PositionTerms
@@ -227,16 +227,21 @@ class GeodesicDynamics(Dynamics):
         if memory.obs.shape[0] == 0:
             return None
         state, after = self.encode(memory.obs), self.encode(memory.next_obs)
-        integ, u = self.integrator, memory.obs.shape[0]
-        # compiled: a few row counts, each its own graph (pad_rows)
-        z = state.z if self.compiled is None else pad_rows(state.z)
-        bare = integ.build_context(self.prototypes, None, root_z=z)  # kick without it
-        terms = self._position_terms(z, bare)
-        gain = None if terms.gain is None else terms.gain[:u]
-        kick = terms.force[:u] + integ.control_force(state.z, memory.action, gain)
+        chunks = zip(state.z.split(MEMORY_CHUNK), memory.action.split(MEMORY_CHUNK), strict=True)
+        kick = torch.cat([self._bare_kick(z, action) for z, action in chunks])  # [U, d]
         residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]
         index = memory.index.transpose(0, 1)  # [B, C]
         return MemoryBank(state.z[index], residual[index], memory.mask.transpose(0, 1))
+
+    def _bare_kick(self, z: Tensor, action: Tensor) -> Tensor:
+        """F_kick(z, a) [n, d] at n <= MEMORY_CHUNK rows from the prototypes' bank alone (compiled:
+        at a few padded row counts, each its own graph; pad_rows)."""
+        n = z.shape[0]
+        padded = z if self.compiled is None else pad_rows(z)
+        bare = self.integrator.build_context(self.prototypes, None, root_z=padded)
+        terms = self._position_terms(padded, bare)
+        gain = None if terms.gain is None else terms.gain[:n]
+        return terms.force[:n] + self.integrator.control_force(z, action, gain)
 
     @torch.no_grad()
     def genesis(self, state: GeodesicState, errors: Tensor) -> list[tuple[Tensor, Tensor]]:
