@@ -150,6 +150,16 @@ def test_invalid_configuration_and_inputs_give_one_clear_error():
         ContextBank(pos, kf, vf, lv, torch.ones(2, 7))
     with pytest.raises(ValueError, match="inside the unit ball"):
         ContextBank(pos * 2, kf, vf, lv)
+    # a broadcast bank (expand's stride-0 rows) is checked on its one row, as strictly
+    one = ContextBank(pos[:1], kf[:1], vf[:1], lv[:1]).expand(5)
+    assert one.positions.stride(0) == 0 and one.batch_size == 5
+    outside = (pos[:1] / pos[:1].norm(dim=-1, keepdim=True)).expand(5, -1, -1)  # |z| = 1
+    with pytest.raises(ValueError, match="inside the unit ball"):
+        ContextBank(outside, one.key_features, one.value_features, one.levels)
+    with pytest.raises(ValueError, match="levels must be >= 0"):
+        ContextBank(one.positions, one.key_features, one.value_features, -1 - one.levels)
+    with pytest.raises(ValueError, match="inside the unit ball"):  # a row past the first, unshared
+        ContextBank(torch.cat([pos[:1], outside[:1]]), kf, vf, lv)
 
     q = make_queries()
     with pytest.raises(ValueError, match="positions must be \\[B, d\\] or \\[B, Q, d\\]"):

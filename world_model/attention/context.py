@@ -29,6 +29,12 @@ def take_entries(t: Tensor, index: Tensor) -> Tensor:
     return t[torch.arange(index.shape[0], device=index.device).unsqueeze(-1), index]
 
 
+def _one_if_broadcast(t: Tensor) -> Tensor:
+    """t [B, ...] itself, or its first row when its B rows are one row broadcast (stride 0, as
+    `expand` makes them): a check of the values then reads each value once, not B times."""
+    return t[:1] if t.shape[0] > 1 and t.stride(0) == 0 else t
+
+
 @dataclass
 class ContextBank:
     """Context entries for one or more attention heads.
@@ -70,7 +76,7 @@ class ContextBank:
             raise ValueError(
                 f"ContextBank.levels must be an integer tensor, got {self.levels.dtype}"
             )
-        if n and int(self.levels.min()) < 0:
+        if n and int(_one_if_broadcast(self.levels).min()) < 0:
             raise ValueError("ContextBank.levels must be >= 0 (0 = macro, L = texture)")
         if self.mask is not None:
             if tuple(self.mask.shape) != (b, n) or self.mask.dtype != torch.bool:
@@ -79,7 +85,7 @@ class ContextBank:
                     f"{self.mask.dtype} {tuple(self.mask.shape)}"
                 )
         if n:
-            max_norm = float(p.detach().norm(dim=-1).max())  # NaN fails the test below too
+            max_norm = float(_one_if_broadcast(p).detach().norm(dim=-1).max())  # NaN fails too
             if not max_norm < 1.0:
                 raise ValueError(
                     "ContextBank.positions must be finite points inside the unit ball "
