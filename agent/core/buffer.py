@@ -172,6 +172,7 @@ class ReplayBuffer:
                 next_obs=self.next_obs[rows],
                 index=torch.from_numpy(index.T.copy()),  # [C, B] into the U rows
                 mask=torch.from_numpy(valid.T.copy()),  # [C, B]
+                next_row=torch.from_numpy(self._next_rows(distinct)),
             )
         return SequenceBatch(
             obs=obs,
@@ -183,6 +184,18 @@ class ReplayBuffer:
             history_mask=hist_mask,
             memory=memory_inputs,
         )
+
+    def _next_rows(self, slots: np.ndarray) -> np.ndarray:
+        """For sorted memory slots [U] (none ends an episode: each lies before a start in its
+        episode), the row of `slots` holding each one's next step in its stream, whose obs is
+        the slot's next_obs (collection writes a copy's next obs as its next step's obs:
+        tests/agent/test_collection.py); -1 where that step is not among them
+        (MemoryInputs.next_row)."""
+        if len(slots) == 0:
+            return np.zeros(0, dtype=np.int64)
+        after = (slots + self.streams) % self.capacity
+        at = np.minimum(np.searchsorted(slots, after), len(slots) - 1)
+        return np.where(slots[at] == after, at, -1)
 
     def _before_starts(self, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The n slots before each start slot [B], oldest first, and whether each is in the

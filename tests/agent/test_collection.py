@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from agent import train as train_cli
 from agent.core.agent import Agent
@@ -71,6 +72,21 @@ def test_sub_trajectories_and_histories_stay_in_one_copys_episode(capacity):
             valid.add(tuple(buffer.obs[slots[0]].tolist()))
     drawn = {tuple(o) for o in buffer.sample(4000, horizon=3).obs[0].tolist()}
     assert drawn == valid
+
+
+@pytest.mark.parametrize("capacity", [10_000, 90])
+def test_a_memory_entrys_next_row_is_its_next_step_in_its_copys_episode(capacity):
+    """With 3 copies (a copy's steps 3 slots apart) and a wrapped ring: next_row points at the
+    entry holding the same copy's same episode's next step, whose obs is the entry's next_obs
+    (the reader encodes it once); entries whose next step is not held (the start's) get -1."""
+    buffer = _filled(3, [[7, 9, 30], [4, 4, 4, 4, 30], [30]], capacity)
+    mem = buffer.sample(256, horizon=3, memory=5).memory
+    held = mem.next_row >= 0
+    assert held.any() and not held.all()
+    after = mem.obs[mem.next_row[held]]
+    assert torch.equal(after, mem.next_obs[held])  # (s, e, t + 1) of the entry's (s, e, t)
+    pairs = {tuple(o) for o in mem.obs.tolist()}
+    assert not any(tuple(o) in pairs for o in mem.next_obs[~held].tolist())
 
 
 def test_mark_truncated_closes_only_the_chosen_streams():

@@ -226,12 +226,24 @@ class GeodesicDynamics(Dynamics):
         samples' entries index them. None when no sample holds an entry."""
         if memory.obs.shape[0] == 0:
             return None
-        state, after = self.encode(memory.obs), self.encode(memory.next_obs)
+        state = self.encode(memory.obs)
         chunks = zip(state.z.split(MEMORY_CHUNK), memory.action.split(MEMORY_CHUNK), strict=True)
         kick = torch.cat([self._bare_kick(z, action) for z, action in chunks])  # [U, d]
-        residual = empirical_residual(state.p, after.p, kick, self.config.integrator.dt)  # [U, d]
+        p_after = self._next_momenta(memory, state.p)
+        residual = empirical_residual(state.p, p_after, kick, self.config.integrator.dt)  # [U, d]
         index = memory.index.transpose(0, 1)  # [B, C]
         return MemoryBank(state.z[index], residual[index], memory.mask.transpose(0, 1))
+
+    def _next_momenta(self, memory: MemoryInputs, p: Tensor) -> Tensor:
+        """enc(next_obs).p [U, d]; read from p (enc(obs).p) where memory.next_row says next_obs
+        is one of obs, so that an observation held twice is encoded once."""
+        if memory.next_row is None:
+            return self.encode(memory.next_obs).p
+        held = memory.next_row >= 0
+        p_after = p[memory.next_row.clamp(min=0)]
+        if not bool(held.all()):
+            p_after[~held] = self.encode(memory.next_obs[~held]).p
+        return p_after
 
     def _bare_kick(self, z: Tensor, action: Tensor) -> Tensor:
         """F_kick(z, a) [n, d] at n <= MEMORY_CHUNK rows from the prototypes' bank alone (compiled:

@@ -55,13 +55,17 @@ MemoryOperator = Literal["none", "dense"]  # none: no memory (ContextConfig.memo
 class MemoryInputs:
     """The raw transitions a batch's memories hold: U distinct transitions (obs [U, O], action
     [U, A], next_obs [U, O]) and, per sample, its C entries as indices into them (index [C, B],
-    oldest first) with mask [C, B] (False: no such entry, e.g. before the episode's start)."""
+    oldest first) with mask [C, B] (False: no such entry, e.g. before the episode's start).
+    `next_row` [U] (optional): j >= 0 where next_obs[i] is obs[j], the same observation (the
+    transition after i in its episode is held too), -1 where not: the reader encodes each
+    observation once."""
 
     obs: Tensor
     action: Tensor
     next_obs: Tensor
     index: Tensor
     mask: Tensor
+    next_row: Tensor | None = None
 
     def __post_init__(self) -> None:
         u = self.obs.shape[0]
@@ -75,9 +79,14 @@ class MemoryInputs:
                 f"MemoryInputs: index and mask must both be [C, B], got "
                 f"{tuple(self.index.shape)} and {tuple(self.mask.shape)}"
             )
+        if self.next_row is not None and tuple(self.next_row.shape) != (u,):
+            raise ValueError(
+                f"MemoryInputs: next_row must be [U] = [{u}], got {tuple(self.next_row.shape)}"
+            )
 
     def to(self, device) -> MemoryInputs:
-        return MemoryInputs(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return MemoryInputs(**{k: None if t is None else t.to(device) for k, t in moved.items()})
 
     @property
     def capacity(self) -> int:

@@ -7,6 +7,8 @@ unknown and removed operators."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import geoopt
 import pytest
 import torch
@@ -69,6 +71,12 @@ def test_each_sample_holds_its_episodes_transitions_before_the_start(capacity):
         # causal: an entry's next observation is at most the start's observation
         assert (mem.next_obs[rows, 0] <= start[expected]).all()
     assert mem.mask.any() and not mem.mask.all()
+    # next_row: where an entry's next step is held, its obs is the entry's next_obs; where not
+    # held, no distinct transition is that next step
+    held = mem.next_row >= 0
+    assert held.any() and not held.all()
+    assert torch.equal(mem.obs[mem.next_row[held]], mem.next_obs[held])
+    assert not torch.isin(mem.next_obs[~held, 0], mem.obs[:, 0]).any()
 
 
 def test_sampling_with_a_memory_draws_the_same_sub_trajectories():
@@ -256,6 +264,16 @@ def test_residual_is_the_momentum_change_the_models_kick_does_not_explain():
         mask=torch.tensor([[True, False], [True, True], [True, True]]),
     )
     bank = dyn.memory_bank(inputs)
+    # transition 1's next observation held as row 2 of obs and next_row saying so: the bank
+    # reads it there (its own next_obs row, zeroed here, is not read); rows with -1 still
+    # read their next_obs
+    moved, unread = inputs.obs.clone(), inputs.next_obs.clone()
+    moved[2], unread[1] = inputs.next_obs[1], 0.0
+    shared = dataclasses.replace(
+        inputs, obs=moved, next_obs=unread, next_row=torch.tensor([-1, 2, -1, -1, -1])
+    )
+    values = dyn.memory_bank(shared).values
+    torch.testing.assert_close(values[0, :2], f0[[0, 1]], rtol=1e-4, atol=1e-4)
     assert bank.keys.shape == bank.values.shape == (2, 3, 4)
     torch.testing.assert_close(bank.values[0], f0[[0, 1, 2]], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(bank.values[1, 1:], f0[[4, 0]], rtol=1e-4, atol=1e-4)
@@ -412,9 +430,15 @@ def test_memory_inputs_refuse_mismatched_rows_and_move_to_a_device():
         MemoryInputs(obs, action, obs, index, mask[:, :4])
     with pytest.raises(ValueError, match=pair):
         MemoryInputs(obs, action, obs, index[0], mask[0])
+    next_row = r"^MemoryInputs: next_row must be \[U\] = \[4\], got \(3,\)$"
+    with pytest.raises(ValueError, match=next_row):
+        MemoryInputs(obs, action, obs, index, mask, next_row=torch.zeros(3, dtype=torch.long))
     moved = MemoryInputs(obs, action, obs, index, mask).to("meta")
     for name in ("obs", "action", "next_obs", "index", "mask"):
         assert getattr(moved, name).device.type == "meta"
+    assert moved.next_row is None
+    moved = MemoryInputs(obs, action, obs, index, mask, torch.arange(4)).to("meta")
+    assert moved.next_row.device.type == "meta"
     assert moved.capacity == 2 and moved.batch_size == 5
 
 
