@@ -11,6 +11,11 @@ its replay buffer filled with the same random-action episodes; then the agents t
 after round, timing `updates` gradient updates and `plans` planning calls each (these machines are
 noisy: interleaving keeps the ratio fair, and the table reports the median and the minimum over
 rounds). One torch thread, as in training.
+
+The geodesic agent's episodic memory re-reads, at every update, each distinct transition among
+its samples' 64 predecessors: ~1,000 with the default 1,000 transitions stored, ~6,200 with
+20,000 (at most batch x 64 = 8,192). `--transitions 20000` measures the update of a long run
+(docs/measurements.md, "The memory at a full buffer").
 """
 
 from __future__ import annotations
