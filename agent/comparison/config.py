@@ -4,9 +4,8 @@ anything runs.
 
 A `--config` file applies by section, as `agent.train` applies it: [dynamics] keys go to every
 world model, a sub-table [dynamics.NAME] to world model NAME only (agent.core.config's
-`select_dynamics`). An
-ablation (agent/comparison/ablations.py) is one more method: the geodesic model's config with
-the ablation's [dynamics] overrides on top.
+`select_dynamics`). An ablation (agent/comparison/ablations.py) is one more method: the geodesic
+model's config with the ablation's [dynamics] overrides on top.
 """
 
 from __future__ import annotations

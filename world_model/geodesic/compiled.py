@@ -63,7 +63,7 @@ chunks of the last size (MEMORY_CHUNK)"""
 MEMORY_CHUNK = PADDED_ROWS[-1]
 """rows of the memory's distinct transitions whose kicks are evaluated at once. One chunk of all
 ~6,000-8,000 of an update padded to 16,384 cost 2.6x the chunks' time (reacher-easy, a 20k
-buffer: 186 against 71 ms per update; docs/measurements.md, "The memory's read in chunks")"""
+buffer: 186 against 71 ms per update; docs/measurements.md, "The memory at a full buffer")"""
 
 
 def pad_rows(z: Tensor, sizes: tuple[int, ...] = PADDED_ROWS) -> Tensor:
