@@ -186,16 +186,18 @@ class ReplayBuffer:
         )
 
     def _next_rows(self, slots: np.ndarray) -> np.ndarray:
-        """For sorted memory slots [U] (none ends an episode: each lies before a start in its
-        episode), the row of `slots` holding each one's next step in its stream, whose obs is
-        the slot's next_obs (collection writes a copy's next obs as its next step's obs:
-        tests/agent/test_collection.py); -1 where that step is not among them
-        (MemoryInputs.next_row)."""
+        """For sorted memory slots [U] (each lies before a start in its episode), the row of
+        `slots` holding each one's next step in its stream where that step's obs is the slot's
+        next_obs (collection writes a copy's next obs as its next step's obs:
+        tests/agent/test_collection.py; compared here, so transitions added otherwise stay
+        right); -1 where it is not among them (MemoryInputs.next_row)."""
         if len(slots) == 0:
             return np.zeros(0, dtype=np.int64)
         after = (slots + self.streams) % self.capacity
         at = np.minimum(np.searchsorted(slots, after), len(slots) - 1)
-        return np.where(slots[at] == after, at, -1)
+        rows = torch.from_numpy(slots[at])
+        same = (self.obs[rows] == self.next_obs[torch.from_numpy(slots)]).all(-1).numpy()
+        return np.where((slots[at] == after) & same, at, -1)
 
     def _before_starts(self, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The n slots before each start slot [B], oldest first, and whether each is in the

@@ -87,6 +87,13 @@ def test_a_memory_entrys_next_row_is_its_next_step_in_its_copys_episode(capacity
     assert torch.equal(after, mem.next_obs[held])  # (s, e, t + 1) of the entry's (s, e, t)
     pairs = {tuple(o) for o in mem.obs.tolist()}
     assert not any(tuple(o) in pairs for o in mem.next_obs[~held].tolist())
+    # transitions whose next_obs is not their next step's obs (added by hand, not collected):
+    # copy 0's are never read from another row
+    buffer.next_obs[0 : buffer.size : 3] += 0.5
+    mem = buffer.sample(256, horizon=3, memory=5).memory
+    held = mem.next_row >= 0
+    assert held.any() and not (held & (mem.obs[:, 0] == 0)).any()
+    assert torch.equal(mem.obs[mem.next_row[held]], mem.next_obs[held])
 
 
 def test_mark_truncated_closes_only_the_chosen_streams():
