@@ -15,6 +15,7 @@ buffer, counters); the trainer adds the env's and the global generators.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ from agent.core.distributed import DistContext, rank_device
 from agent.core.episode import EpisodeSoFar, episode_inputs
 from agent.core.guard import check_losses, check_states, clip_gradients, located
 from agent.core.loop import Trainer
+from agent.core.memory_store import StoredMemory
 from agent.core.planner import Planner, plan_batch
 from agent.core.policy import PlannerPolicy
 from agent.persistence.checkpoint import (
@@ -181,6 +183,12 @@ class Agent:
             seed=tc.seed,
             streams=tc.num_envs * world,
         )
+        dyn = self.model.dynamics
+        self.stored_memory = (  # the memory's entries kept per slot: agent/core/memory_store.py
+            StoredMemory(self.buffer, dyn.config.latent_dim, dyn.memory_refresh)
+            if dyn.memory_capacity > 0 and dyn.memory_refresh > 1
+            else None
+        )
         if dist is not None:
             dist.broadcast_module(self.model)
         self.num_timesteps = 0
@@ -329,9 +337,13 @@ class Agent:
         """A replay batch with what the model's context reads (its history window and episodic
         memory), on the agent's device; `part`: only those sequences of it."""
         model = self.model
-        return self.buffer.sample(
+        batch = self.buffer.sample(
             batch_size, horizon, model.history_length, model.memory_capacity, part=part
         ).to(self.device)
+        if self.stored_memory is not None and batch.memory is not None:
+            memory = self.stored_memory.read(batch.memory, model.dynamics, self.num_updates)
+            batch = dataclasses.replace(batch, memory=memory)
+        return batch
 
     def _shard(self) -> contextlib.AbstractContextManager:
         """The update's batch-wide operations for this rank's share (world_model/sharding.py)."""
