@@ -337,13 +337,9 @@ class Agent:
         """A replay batch with what the model's context reads (its history window and episodic
         memory), on the agent's device; `part`: only those sequences of it."""
         model = self.model
-        batch = self.buffer.sample(
+        return self.buffer.sample(
             batch_size, horizon, model.history_length, model.memory_capacity, part=part
         ).to(self.device)
-        if self.stored_memory is not None and batch.memory is not None:
-            memory = self.stored_memory.read(batch.memory, model.dynamics, self.num_updates)
-            batch = dataclasses.replace(batch, memory=memory)
-        return batch
 
     def _shard(self) -> contextlib.AbstractContextManager:
         """The update's batch-wide operations for this rank's share (world_model/sharding.py)."""
@@ -364,6 +360,10 @@ class Agent:
             share = ac.batch_size // self.dist.world_size
             part = slice(self.dist.rank * share, (self.dist.rank + 1) * share)
         batch = self.sample_batch(ac.batch_size, lc.horizon, part)
+        if self.stored_memory is not None and batch.memory is not None:
+            # the update's reads only: a diagnostics batch leaves the stored entries alone
+            memory = self.stored_memory.read(batch.memory, self.model.dynamics, self.num_updates)
+            batch = dataclasses.replace(batch, memory=memory)
         self.model.train()
         with self._shard():
             return self._update(batch, start)

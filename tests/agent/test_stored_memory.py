@@ -43,6 +43,12 @@ def _fill(agent: Agent, steps: int, seed: int = 7) -> None:
         obs = rng.normal(size=agent.obs_dim).astype(np.float32) if end else nxt
 
 
+def _read(agent: Agent, batch_size: int):
+    """A batch's memory with its entries, as an update reads it (Agent.update)."""
+    memory = agent.sample_batch(batch_size, 3).memory
+    return agent.stored_memory.read(memory, agent.model.dynamics, agent.num_updates)
+
+
 def _stamps(agent: Agent, slots: torch.Tensor) -> torch.Tensor:
     return agent.buffer.column("memory_stamp")[slots, 0]
 
@@ -59,6 +65,9 @@ def test_a_stored_entry_is_the_one_its_update_computed_until_it_is_refresh_updat
     agent = _agent(refresh=3)
     _fill(agent, 300)
     dyn = agent.model.dynamics
+    # a batch drawn outside an update (diagnostics, inspection) reads afresh and stores nothing
+    assert agent.sample_batch(64, 3).memory.stored_keys is None
+    assert bool((agent.buffer.column("memory_stamp") == -1).all())
     # the parameters of update 0 in a model of its own (a deep copy would share the compiled
     # steps, which stay bound to the original's integrator)
     snapshot = _agent(refresh=3)
@@ -68,7 +77,7 @@ def test_a_stored_entry_is_the_one_its_update_computed_until_it_is_refresh_updat
     assert agent.num_updates == 1
     pairs = zip(before.parameters(), dyn.parameters(), strict=True)
     assert sum(not torch.equal(a, b) for a, b in pairs) > 3  # stored and fresh entries differ
-    memory = agent.sample_batch(64, 3).memory
+    memory = _read(agent, 64)
     old = _stamps(agent, memory.slots) == 0
     new = _stamps(agent, memory.slots) == 1  # computed by this read
     assert old.any() and new.any() and bool((old | new).all())
@@ -83,7 +92,7 @@ def test_a_stored_entry_is_the_one_its_update_computed_until_it_is_refresh_updat
     )
     # three updates after update 0, its entries are stale: computed again when read
     agent.num_updates = 3
-    again = agent.sample_batch(64, 3).memory
+    again = _read(agent, 64)
     stamps = _stamps(agent, again.slots)
     assert bool((stamps >= 1).all()) and bool((stamps == 3).any())
     bank = dyn.memory_bank(again)  # the read-out indexes the stored entries per sample
@@ -94,7 +103,7 @@ def test_a_stored_entry_is_the_one_its_update_computed_until_it_is_refresh_updat
 def test_a_slot_forgets_its_entry_when_it_takes_a_new_transition():
     agent = _agent(refresh=5, capacity=100)
     _fill(agent, 100)
-    memory = agent.sample_batch(32, 3).memory
+    memory = _read(agent, 32)
     assert bool((_stamps(agent, memory.slots) == 0).all())
     ptr = agent.buffer.ptr
     _fill(agent, 10, seed=8)  # overwrites slots ptr .. ptr + 9 of the ring of 100
@@ -108,7 +117,7 @@ def test_a_slot_forgets_its_entry_when_it_takes_a_new_transition():
 def test_the_stored_entries_travel_with_the_buffers_state():
     agent = _agent(refresh=4)
     _fill(agent, 150)
-    agent.sample_batch(32, 3)
+    _read(agent, 32)
     state = agent.buffer.state_dict()
     other = _agent(refresh=4)
     other.buffer.load_state_dict(state)
