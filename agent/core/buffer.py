@@ -216,9 +216,9 @@ class ReplayBuffer:
             return np.zeros(0, dtype=np.int64)
         after = (slots + self.streams) % self.capacity
         at = np.minimum(np.searchsorted(slots, after), len(slots) - 1)
-        rows = torch.from_numpy(slots[at])
-        same = (self.obs[rows] == self.next_obs[torch.from_numpy(slots)]).all(-1).numpy()
-        return np.where((slots[at] == after) & same, at, -1)
+        ahead = slots[at]  # the held slot nearest above each one's next step
+        same = (self.obs[torch.from_numpy(ahead)] == self.next_obs[torch.from_numpy(slots)]).all(-1)
+        return np.where((ahead == after) & same.numpy(), at, -1)
 
     def _before_starts(self, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The n slots before each start slot [B], oldest first, and whether each is in the
