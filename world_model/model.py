@@ -210,7 +210,6 @@ class Dynamics(nn.Module):
     feature_dim: int
     history_length: int = 0  # W: recent observations the context reads (see context)
     memory_capacity: int = 0  # C: transitions before the root an episodic memory reads
-    memory_refresh: int = 1  # updates a stored memory entry serves (1: none stored; memory_entries)
     uses_value_gradient: bool = False  # context receives value_fn (see context)
     exact_observation: bool = False  # observation() inverts encode: no learned decoder
 

@@ -15,7 +15,6 @@ buffer, counters); the trainer adds the env's and the global generators.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,7 +32,6 @@ from agent.core.distributed import DistContext, rank_device
 from agent.core.episode import EpisodeSoFar, episode_inputs
 from agent.core.guard import check_losses, check_states, clip_gradients, located
 from agent.core.loop import Trainer
-from agent.core.memory_store import StoredMemory
 from agent.core.planner import Planner, plan_batch
 from agent.core.policy import PlannerPolicy
 from agent.persistence.checkpoint import (
@@ -182,12 +180,6 @@ class Agent:
             tc.buffer_capacity,
             seed=tc.seed,
             streams=tc.num_envs * world,
-        )
-        dyn = self.model.dynamics
-        self.stored_memory = (  # the memory's entries kept per slot: agent/core/memory_store.py
-            StoredMemory(self.buffer, dyn.config.latent_dim, dyn.memory_refresh)
-            if dyn.memory_capacity > 0 and dyn.memory_refresh > 1
-            else None
         )
         if dist is not None:
             dist.broadcast_module(self.model)
@@ -360,10 +352,6 @@ class Agent:
             share = ac.batch_size // self.dist.world_size
             part = slice(self.dist.rank * share, (self.dist.rank + 1) * share)
         batch = self.sample_batch(ac.batch_size, lc.horizon, part)
-        if self.stored_memory is not None and batch.memory is not None:
-            # the update's reads only: a diagnostics batch leaves the stored entries alone
-            memory = self.stored_memory.read(batch.memory, self.model.dynamics, self.num_updates)
-            batch = dataclasses.replace(batch, memory=memory)
         self.model.train()
         with self._shard():
             return self._update(batch, start)

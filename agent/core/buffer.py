@@ -49,8 +49,6 @@ class ReplayBuffer:
         for name in self._FIELDS:
             setattr(self, name, torch.zeros(0, widths[name]))
         self._done = np.zeros(0, dtype=bool)  # terminated or truncated
-        # per-slot data an agent derives from a transition (derive): {name: (tensor, fill)}
-        self.derived: dict[str, tuple[torch.Tensor, float]] = {}
         self.ptr = 0  # next slot to write
         self.size = 0
         self.rng = np.random.default_rng(seed)
@@ -68,23 +66,7 @@ class ReplayBuffer:
         done = np.zeros(new, dtype=bool)
         done[: self._done.shape[0]] = self._done
         self._done = done
-        for name, (old, fill) in self.derived.items():
-            grown = torch.full((new, *old.shape[1:]), fill, dtype=old.dtype)
-            grown[: old.shape[0]] = old
-            self.derived[name] = (grown, fill)
         self._allocated = new
-
-    def derive(self, name: str, width: int, fill: float, dtype: torch.dtype = torch.float32):
-        """Per-slot data [slots, width] that an agent computes from a transition and keeps
-        beside it (a stored memory entry: agent/core/memory_store.py): `fill` until written,
-        and again whenever its slot takes a new transition; saved with the buffer."""
-        if name in self.derived:
-            raise ValueError(f"ReplayBuffer: derived data {name!r} exists already")
-        self.derived[name] = (torch.full((self._allocated, width), fill, dtype=dtype), fill)
-
-    def column(self, name: str) -> torch.Tensor:
-        """The derived data `name` [allocated slots, width] (derive), to read and write."""
-        return self.derived[name][0]
 
     def __len__(self) -> int:
         return self.size
@@ -115,8 +97,6 @@ class ReplayBuffer:
         self.terminated[rows] = as_column(terminated)
         self.truncated[rows] = as_column(truncated)
         self._done[rows] = np.asarray(terminated, dtype=bool) | np.asarray(truncated, dtype=bool)
-        for column, fill in self.derived.values():  # a new transition: nothing derived yet
-            column[rows] = fill
         self.ptr = (i + k) % self.capacity
         self.size = min(self.size + k, self.capacity)
 
@@ -193,7 +173,6 @@ class ReplayBuffer:
                 index=torch.from_numpy(index.T.copy()),  # [C, B] into the U rows
                 mask=torch.from_numpy(valid.T.copy()),  # [C, B]
                 next_row=torch.from_numpy(self._next_rows(distinct)),
-                slots=rows,  # [U]: where each transition lies (derived data's rows)
             )
         return SequenceBatch(
             obs=obs,
@@ -248,7 +227,6 @@ class ReplayBuffer:
             "ptr": self.ptr,
             "size": n,
             **{name: getattr(self, name)[:n].clone() for name in self._FIELDS},
-            "derived": {name: column[:n].clone() for name, (column, _) in self.derived.items()},
             "rng": self.rng.bit_generator.state,
         }
 
@@ -266,11 +244,6 @@ class ReplayBuffer:
         self._done[:] = False
         for name in self._FIELDS:
             getattr(self, name)[:n] = state[name][:n]
-        saved = state.get("derived", {})  # a checkpoint without it: nothing derived yet
-        for name, (column, fill) in self.derived.items():
-            column.fill_(fill)
-            if name in saved:
-                column[:n] = saved[name][:n]
         self._done[:n] = ((self.terminated[:n] + self.truncated[:n]) > 0).squeeze(-1).numpy()
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = state["rng"]

@@ -159,17 +159,13 @@ class ContextConfig:
     Dense-HIDA's inverse-distance weights (seed 000 M1); 'none': no memory"""
     memory_capacity: int = 64
     """entries per memory: the last transitions of the episode before a rollout's root"""
-    memory_refresh: int = 1
-    """updates a training batch's memory entry (its key and residual, stored per buffer slot:
-    agent/core/memory_store.py) is reused for before it is computed again; 1: computed afresh
-    at every read, with the current parameters (the exact read)"""
     memory_eps: float = 0.3
     """the initial bandwidth eps of the memory's kernel W ∝ (d_H^2 + eps)^-1 (learned; seed
     000's 1e-3 makes the memory's potential rough: docs/measurements.md)"""
 
     def __post_init__(self) -> None:
         where = "GeodesicConfig.context"
-        positive = ("prototypes", "feature_dim", "memory_capacity", "memory_refresh")
+        positive = ("prototypes", "feature_dim", "memory_capacity")
         routed = ("pool_capacity", "route_k", "prune_idle", "spawn_window")
         _at_least(where, self, positive + routed, 1)
         check_choices(self, where)

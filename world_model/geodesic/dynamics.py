@@ -141,7 +141,6 @@ class GeodesicDynamics(Dynamics):
         self.history_length = banks.window  # the agent hands the last `window` observations
         # and the episode's last `memory_capacity` transitions, for the episodic memory
         self.memory_capacity = banks.memory_capacity if banks.memory != "none" else 0
-        self.memory_refresh = banks.memory_refresh  # the agent stores the entries when > 1
         self.uses_value_gradient = banks.value_gradient  # and its value estimate, for chirality
         # the identity encoder's latent (z, p) is the observation: decoded exactly, no head
         self.exact_observation = cfg.encoder == "identity"
@@ -220,31 +219,20 @@ class GeodesicDynamics(Dynamics):
 
     @torch.no_grad()
     def memory_bank(self, memory: MemoryInputs) -> MemoryBank | None:
-        """The memory's entries per sample (memory_entries, or the ones `memory` carries as
-        stored: agent/core/memory_store.py), indexed by each sample's entries. None when no
-        sample holds an entry."""
+        """The memory's entries from its raw transitions with the current encoder and kick
+        (world_model/memory/episodic.py): keys z_i = enc(o_i).z, values the empirical residuals
+        (p'_i - p_i) / h - F_kick(z_i, a_i), F_kick read from the prototypes' bank alone (no
+        window, no memory, no chiral gate). Each distinct transition is evaluated once; the
+        samples' entries index them. None when no sample holds an entry."""
         if memory.obs.shape[0] == 0:
             return None
-        if memory.stored_keys is not None:
-            keys, residual = memory.stored_keys, memory.stored_residuals
-        else:
-            keys, residual = self.memory_entries(memory)
-        index = memory.index.transpose(0, 1)  # [B, C]
-        return MemoryBank(keys[index], residual[index], memory.mask.transpose(0, 1))
-
-    @torch.no_grad()
-    def memory_entries(self, memory: MemoryInputs) -> tuple[Tensor, Tensor]:
-        """The memory's entries from its raw transitions with the current encoder and kick
-        (world_model/memory/episodic.py): keys z_i = enc(o_i).z [U, d], values the empirical
-        residuals (p'_i - p_i) / h - F_kick(z_i, a_i) [U, d], F_kick read from the prototypes'
-        bank alone (no window, no memory, no chiral gate). Each distinct transition is
-        evaluated once, each observation encoded once (next_row)."""
         state = self.encode(memory.obs)
         chunks = zip(state.z.split(MEMORY_CHUNK), memory.action.split(MEMORY_CHUNK), strict=True)
         kick = torch.cat([self._bare_kick(z, action) for z, action in chunks])  # [U, d]
         p_after = self._next_momenta(memory, state.p)
         residual = empirical_residual(state.p, p_after, kick, self.config.integrator.dt)  # [U, d]
-        return state.z, residual
+        index = memory.index.transpose(0, 1)  # [B, C]
+        return MemoryBank(state.z[index], residual[index], memory.mask.transpose(0, 1))
 
     def _next_momenta(self, memory: MemoryInputs, p: Tensor) -> Tensor:
         """enc(next_obs).p [U, d]; read from p (enc(obs).p) where memory.next_row says next_obs

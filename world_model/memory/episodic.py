@@ -58,9 +58,7 @@ class MemoryInputs:
     oldest first) with mask [C, B] (False: no such entry, e.g. before the episode's start).
     `next_row` [U] (optional): j >= 0 where next_obs[i] is obs[j], the same observation (the
     transition after i in its episode is held too), -1 where not: the reader encodes each
-    observation once. `slots` [U] (optional): the buffer slot of each transition (a stored
-    memory's key, agent/core/memory_store.py); `stored_keys`, `stored_residuals` [U, d]
-    (optional, together): the entries already computed, which the reader then takes as they are."""
+    observation once."""
 
     obs: Tensor
     action: Tensor
@@ -68,9 +66,6 @@ class MemoryInputs:
     index: Tensor
     mask: Tensor
     next_row: Tensor | None = None
-    slots: Tensor | None = None
-    stored_keys: Tensor | None = None
-    stored_residuals: Tensor | None = None
 
     def __post_init__(self) -> None:
         u = self.obs.shape[0]
@@ -84,41 +79,14 @@ class MemoryInputs:
                 f"MemoryInputs: index and mask must both be [C, B], got "
                 f"{tuple(self.index.shape)} and {tuple(self.mask.shape)}"
             )
-        for name in ("next_row", "slots"):
-            t = getattr(self, name)
-            if t is not None and tuple(t.shape) != (u,):
-                raise ValueError(f"MemoryInputs: {name} must be [U] = [{u}], got {tuple(t.shape)}")
-        stored = (self.stored_keys, self.stored_residuals)
-        if (stored[0] is None) != (stored[1] is None):
-            raise ValueError("MemoryInputs: stored_keys and stored_residuals come together")
-        if stored[0] is not None and (
-            stored[0].shape != stored[1].shape or stored[0].dim() != 2 or stored[0].shape[0] != u
-        ):
+        if self.next_row is not None and tuple(self.next_row.shape) != (u,):
             raise ValueError(
-                f"MemoryInputs: stored_keys and stored_residuals must both be [U = {u}, d], got "
-                f"{tuple(stored[0].shape)} and {tuple(stored[1].shape)}"
+                f"MemoryInputs: next_row must be [U] = [{u}], got {tuple(self.next_row.shape)}"
             )
 
     def to(self, device) -> MemoryInputs:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         return MemoryInputs(**{k: None if t is None else t.to(device) for k, t in moved.items()})
-
-    def rows(self, rows: Tensor) -> MemoryInputs:
-        """The transitions `rows` [R] (ascending) alone, for computing their entries: next_row
-        renumbered into them (-1 where the next observation's row is not among them); no
-        entries per sample (index and mask empty [0, 0]), nothing stored."""
-        where = torch.full((self.obs.shape[0],), -1, dtype=torch.long, device=rows.device)
-        where[rows] = torch.arange(rows.shape[0], device=rows.device)
-        next_row = None
-        if self.next_row is not None:
-            picked = self.next_row[rows]
-            next_row = torch.where(picked >= 0, where[picked.clamp(min=0)], -1)
-        empty = self.index.new_zeros(0, 0)
-        return MemoryInputs(
-            self.obs[rows], self.action[rows], self.next_obs[rows], empty,
-            self.mask.new_zeros(0, 0), next_row,
-            slots=None if self.slots is None else self.slots[rows],
-        )  # fmt: skip
 
     @property
     def capacity(self) -> int:
