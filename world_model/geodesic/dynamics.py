@@ -222,8 +222,9 @@ class GeodesicDynamics(Dynamics):
         """The memory's entries from its raw transitions with the current encoder and kick
         (world_model/memory/episodic.py): keys z_i = enc(o_i).z, values the empirical residuals
         (p'_i - p_i) / h - F_kick(z_i, a_i), F_kick read from the prototypes' bank alone (no
-        window, no memory, no chiral gate). Each distinct transition is evaluated once; the
-        samples' entries index them. None when no sample holds an entry."""
+        window, no memory, no chiral gate). Each distinct transition is evaluated once, each
+        observation encoded once (next_row); the samples' entries index them. None when no
+        sample holds an entry."""
         if memory.obs.shape[0] == 0:
             return None
         state = self.encode(memory.obs)
