@@ -90,12 +90,27 @@ def progress(folder: Path) -> str:
     points = [p for run in comparison.runs for p in run.points]
     if not points:
         return f"started, no evaluation yet (of {comparison.config.steps:,} decisions)"
-    last = points[-1]
-    return (
+    last, evals = points[-1], [p.eval_s for p in points]
+    stands = (
         f"{comparison.status}, evaluated at {last.step:,} of {comparison.config.steps:,} "
-        f"decisions ({last.train_s:,.0f} s of training, "
-        f"{sum(p.eval_s for p in points):,.0f} s of evaluation)"
+        f"decisions ({last.train_s:,.0f} s of training, {sum(evals):,.0f} s of evaluation"
     )
+    left = time_left(points, comparison.config.steps, comparison.config.points)
+    return stands + (
+        f"; ~{left:,.0f} s ({left / 3600:.1f} h) left at its recent pace)" if left else ")"
+    )
+
+
+def time_left(points: list, steps: int, schedule: tuple[int, ...]) -> float:
+    """Seconds a piece still needs: its training at the pace between its last two evaluations
+    (from its start if it has one), its evaluations still due at their mean time so far."""
+    last = points[-1]
+    start = points[-2] if len(points) > 1 else None
+    pace = (last.train_s - (start.train_s if start else 0.0)) / (
+        last.step - (start.step if start else 0)
+    )
+    due = sum(1 for step in schedule if step > last.step)
+    return (steps - last.step) * pace + due * float(np.mean([p.eval_s for p in points]))
 
 
 def _cell(values: dict[int, float], fmt: str = "{:.1f}") -> str:

@@ -16,10 +16,12 @@ from benchmarks.dmc_results import CONFIG, arguments, current, progress, report,
 DMC = load_config_file(CONFIG)
 
 
-def _piece(folder, method: str, seed: int, mean: float, overrides=DMC, status="done"):
-    """A kept piece: one run evaluated at 5,000 and 10,000 decisions, 2 episodes per point."""
-    config = CompareConfig(env_id="dm_control/reacher-easy-v0", steps=10_000,
-                           points=(5_000, 10_000), episodes=2, first_seed=seed, seeds=1,
+def _piece(folder, method: str, seed: int, mean: float, overrides=DMC, status="done",
+           steps: int = 10_000):  # fmt: skip
+    """A piece: one run of `steps` decisions evaluated at 5,000 and 10,000, 2 episodes each."""
+    config = CompareConfig(env_id="dm_control/reacher-easy-v0", steps=steps,
+                           points=tuple(range(5_000, steps + 1, 5_000)), episodes=2,
+                           first_seed=seed, seeds=1,
                            world_models=() if method == "sac" else (method,),
                            sac=method == "sac", overrides=overrides)  # fmt: skip
     comparison = Comparison(config, folder, status=status)
@@ -91,4 +93,9 @@ def test_an_unfinished_piece_says_where_it_stands(tmp_path):
     assert progress(tmp_path / "gru-seed1") == (
         "interrupted, evaluated at 10,000 of 10,000 decisions (250 s of training, 14 s of "
         "evaluation)"
+    )
+    # at 20,000 decisions: 10,000 more at (250 - 100) s per 5,000, two evaluations of 7 s
+    _piece(tmp_path / "gru-seed2", "gru", 2, 300.0, status="running", steps=20_000)
+    assert progress(tmp_path / "gru-seed2").endswith(
+        "(250 s of training, 14 s of evaluation; ~314 s (0.1 h) left at its recent pace)"
     )
