@@ -12,8 +12,13 @@ started under an older file is moved aside to {method}-seed{K}.old-N, never resu
 The table, per task at the last point: each method's mean over seeds ± its standard error (each
 seed in brackets), the paired geodesic - GRU difference with its bootstrap 95% interval over
 seeds, the published agents (agent/comparison/published.py), each run's training and evaluation
-time, and each world model's open-loop error (mean over 1..50 steps). --figures DIR also writes
-each task's merged comparison (learning curves with the published points, open-loop error).
+time, each world model's open-loop error (mean over 1..50 steps) and the geodesic agent's seed
+003 nodes 67-70 at the end of each run. --figures DIR also writes each task's merged comparison
+(learning curves with the published points, open-loop error).
+
+A finished geodesic piece's nodes are computed once, when it is kept, by agent.diagnose's own
+report (64 states of the run's final replay buffer) and kept as
+docs/results/dmc/{task}/nodes/geodesic-seed{K}.json: its checkpoint is not kept.
 
     python -m benchmarks.dmc_results --jobs 2                               # run what is missing
     python -m benchmarks.dmc_results --tasks reacher-easy --methods gru sac
@@ -24,6 +29,7 @@ each task's merged comparison (learning curves with the published points, open-l
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +40,8 @@ from agent.comparison.merge import load_comparison, merge_comparisons
 from agent.comparison.report import plot_learning_curves, plot_prediction_error
 from agent.comparison.results import Comparison
 from agent.core.config import load_config_file
+from agent.inspection.inspection import geometric_diagnostics, load_run
+from agent.persistence.run_records import sample_batch
 from benchmarks.dmc_queue import ROOT, finished, keep_finished, run_queue
 
 CONFIG = ROOT / "configs" / "dmc.toml"
@@ -113,6 +121,68 @@ def time_left(points: list, steps: int, schedule: tuple[int, ...]) -> float:
     return (steps - last.step) * pace + due * float(np.mean([p.eval_s for p in points]))
 
 
+NODE_STATES = 64
+
+
+def nodes_path(kept: Path) -> Path:
+    """Where a kept piece's nodes 67-70 are kept: {task}/nodes/{method}-seed{K}.json (a folder
+    of their own, so that a glob over the task's pieces finds comparisons only)."""
+    return kept.parent / "nodes" / kept.name
+
+
+def _run_dir(path: Path) -> str:
+    """The one run's folder of a piece (its folder or kept results file)."""
+    (run,) = load_comparison(path).runs
+    return run.run_dir
+
+
+def _kept_nodes(kept: Path) -> dict | None:
+    """The nodes kept for a kept piece, if they are of its run (not of one set aside)."""
+    out = nodes_path(kept)
+    if not out.is_file():
+        return None
+    nodes = json.loads(out.read_text())
+    return nodes if nodes.get("run_dir") == _run_dir(kept) else None
+
+
+def keep_nodes(folder: Path, kept: Path) -> bool:
+    """Seed 003's nodes 67-70 and the diagnostics/ scalars of a finished geodesic piece's final
+    agent (agent.diagnose's geometric report on NODE_STATES buffer states), written to
+    nodes_path(kept) unless they are there for this run already; whether they were written."""
+    if not finished(folder) or not current(kept) or _kept_nodes(kept) is not None:
+        return False
+    run_dir = _run_dir(folder)
+    agent, _ = load_run(run_dir)
+    try:
+        report = geometric_diagnostics(agent, sample_batch(agent, NODE_STATES), NODE_STATES)
+    finally:
+        agent.env.close()
+    if report is None:
+        return False
+    out = nodes_path(kept)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"run_dir": run_dir, "step": agent.num_timesteps, **report}, indent=1)
+    out.write_text(text + "\n")
+    return True
+
+
+def nodes_cell(kept: list[Path]) -> str:
+    """Per geodesic seed: 'pass' when every node is within its threshold, else each crossed node
+    with its value (the worst query) and, where the node gives one, its mean over the queries."""
+    cells = []
+    for path in kept:
+        if (nodes := _kept_nodes(path)) is None:
+            continue
+        crossed = []
+        for node in nodes["nodes"]:
+            if not node["passed"]:
+                value, mean = node["value"], node["extra"].get("mean")
+                tail = "" if mean is None else f" (mean {mean:.2g})"
+                crossed.append(f"{node['node']}: {value:.2g}{tail}")
+        cells.append(", ".join(crossed) or "pass")
+    return " / ".join(cells) or "—"
+
+
 def _cell(values: dict[int, float], fmt: str = "{:.1f}") -> str:
     """'mean ± s.e. (seed / seed / ...)' over seeds; the value alone for one seed."""
     v = np.array(list(values.values()))
@@ -163,6 +233,7 @@ COLUMNS = (
     ("time per run GRU (train + eval)", "gru time"),
     ("geodesic", "geodesic time"),
     ("SAC", f"{SAC} time"),
+    ("nodes 67-70, geodesic (crossed: worst query, mean)", "nodes"),
 )
 
 
@@ -177,6 +248,7 @@ def report(tasks: list[str], methods: list[str], seeds: list[int], kept: Path,
             continue
         comparison = merge_comparisons(found, out=(figures or Path()) / task)
         cells = task_rows(comparison)
+        cells["nodes"] = nodes_cell([p for p in found if p.name.startswith("geodesic-")])
         rows.append([task, *(cells.get(key, "—") for _, key in COLUMNS)])
         if figures is not None:
             comparison.out.mkdir(parents=True, exist_ok=True)
@@ -218,6 +290,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {folder.parent.name}/{folder.name}")
         elif args.report_only:
             print(f"{folder.parent.name}/{folder.name}: {progress(folder)}")
+    for task in args.tasks if "geodesic" in methods else ():
+        for seed in args.seeds:
+            folder = args.out / task / f"geodesic-seed{seed}"
+            if keep_nodes(folder, args.keep / task / f"{folder.name}.json"):
+                print(f"kept {task}/{folder.name}'s nodes 67-70")
     print(report(args.tasks, methods, args.seeds, args.keep, args.figures))
     return 0
 

@@ -4,6 +4,8 @@ piece counts only under configs/dmc.toml as it is now, and the table's numbers a
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -11,13 +13,25 @@ from agent.compare import build_parser, config_from_args
 from agent.comparison.config import CompareConfig
 from agent.comparison.results import Comparison, MethodRun, PointResult
 from agent.core.config import load_config_file
-from benchmarks.dmc_results import CONFIG, arguments, current, progress, report, set_aside
+from agent.diagnose import main as diagnose_main
+from benchmarks.dmc_results import (
+    CONFIG,
+    arguments,
+    current,
+    keep_nodes,
+    nodes_cell,
+    nodes_path,
+    progress,
+    report,
+    set_aside,
+)
+from tests.agent.test_diagnose import GEODESIC, train_run
 
 DMC = load_config_file(CONFIG)
 
 
 def _piece(folder, method: str, seed: int, mean: float, overrides=DMC, status="done",
-           steps: int = 10_000):  # fmt: skip
+           steps: int = 10_000, run_dir=None):  # fmt: skip
     """A piece: one run of `steps` decisions evaluated at 5,000 and 10,000, 2 episodes each."""
     config = CompareConfig(env_id="dm_control/reacher-easy-v0", steps=steps,
                            points=tuple(range(5_000, steps + 1, 5_000)), episodes=2,
@@ -25,7 +39,7 @@ def _piece(folder, method: str, seed: int, mean: float, overrides=DMC, status="d
                            world_models=() if method == "sac" else (method,),
                            sac=method == "sac", overrides=overrides)  # fmt: skip
     comparison = Comparison(config, folder, status=status)
-    run = MethodRun(method, seed, str(folder), status=status)
+    run = MethodRun(method, seed, str(run_dir or folder), status=status)
     loop = None if method == "sac" else [0.5] * 50
     for step, train_s in ((5_000, 100.0), (10_000, 250.0)):
         run.points.append(PointResult(step, [mean - 10, mean + 10], train_s, train_s, 7.0,
@@ -99,3 +113,39 @@ def test_an_unfinished_piece_says_where_it_stands(tmp_path):
     assert progress(tmp_path / "gru-seed2").endswith(
         "(250 s of training, 14 s of evaluation; ~314 s (0.1 h) left at its recent pace)"
     )
+
+
+@pytest.mark.slow
+def test_a_kept_geodesic_piece_keeps_the_nodes_agent_diagnose_reports(tmp_path, capsys):
+    run = train_run(tmp_path, "geodesic", GEODESIC)
+    folder, kept = tmp_path / "geodesic-seed1", tmp_path / "kept" / "geodesic-seed1.json"
+    kept.parent.mkdir()
+    _piece(folder, "geodesic", 1, 300.0, run_dir=run)
+    assert not keep_nodes(folder, kept)  # not kept yet: nothing to keep nodes for
+    (folder / "results.json").replace(kept)
+    _piece(folder, "geodesic", 1, 300.0, run_dir=run)
+    assert keep_nodes(folder, kept) and not keep_nodes(folder, kept)  # once
+    assert diagnose_main([str(run), "--states", "64", "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["geometric"]["nodes"]
+    kept_nodes = json.loads(nodes_path(kept).read_text())
+    assert kept_nodes["nodes"] == expected and {n["node"] for n in expected} >= {67, 68, 70}
+    crossed = [n for n in expected if not n["passed"]]
+    cell = nodes_cell([kept])
+    assert cell == "pass" if not crossed else all(f"{n['node']}: " in cell for n in crossed)
+    # a piece run again (another run folder) does not read the nodes of the one before
+    _piece(tmp_path / "again", "geodesic", 1, 300.0, run_dir=tmp_path / "elsewhere")
+    (tmp_path / "again" / "results.json").replace(kept)
+    assert nodes_cell([kept]) == "—"
+
+
+def test_the_nodes_cell_names_each_crossed_node_with_its_worst_and_mean_query(tmp_path):
+    pieces = []
+    for seed, passed in ((1, True), (2, False)):
+        kept = _piece(tmp_path / f"geodesic-seed{seed}", "geodesic", seed, 300.0)
+        nodes = [{"node": 67, "value": 2e-4, "passed": True, "extra": {"relative": 1e-5}},
+                 {"node": 70, "value": 1.0 if not passed else 0.1, "passed": passed,
+                  "extra": {"mean": 0.086}}]  # fmt: skip
+        nodes_path(kept).parent.mkdir(exist_ok=True)
+        nodes_path(kept).write_text(json.dumps({"run_dir": str(kept.parent), "nodes": nodes}))
+        pieces.append(kept)
+    assert nodes_cell(pieces) == "pass / 70: 1 (mean 0.086)"
