@@ -40,8 +40,7 @@ from agent.comparison.merge import load_comparison, merge_comparisons
 from agent.comparison.report import plot_learning_curves, plot_prediction_error
 from agent.comparison.results import Comparison
 from agent.core.config import load_config_file
-from agent.inspection.inspection import geometric_diagnostics, load_run
-from agent.persistence.run_records import sample_batch
+from agent.inspection.inspection import diagnose
 from benchmarks.dmc_queue import ROOT, finished, keep_finished, run_queue
 
 CONFIG = ROOT / "configs" / "dmc.toml"
@@ -113,10 +112,8 @@ def time_left(points: list, steps: int, schedule: tuple[int, ...]) -> float:
     """Seconds a piece still needs: its training at the pace between its last two evaluations
     (from its start if it has one), its evaluations still due at their mean time so far."""
     last = points[-1]
-    start = points[-2] if len(points) > 1 else None
-    pace = (last.train_s - (start.train_s if start else 0.0)) / (
-        last.step - (start.step if start else 0)
-    )
+    step, train_s = (points[-2].step, points[-2].train_s) if len(points) > 1 else (0, 0.0)
+    pace = (last.train_s - train_s) / (last.step - step)
     due = sum(1 for step in schedule if step > last.step)
     return (steps - last.step) * pace + due * float(np.mean([p.eval_s for p in points]))
 
@@ -152,16 +149,12 @@ def keep_nodes(folder: Path, kept: Path) -> bool:
     if not finished(folder) or not current(kept) or _kept_nodes(kept) is not None:
         return False
     run_dir = _run_dir(folder)
-    agent, _ = load_run(run_dir)
-    try:
-        report = geometric_diagnostics(agent, sample_batch(agent, NODE_STATES), NODE_STATES)
-    finally:
-        agent.env.close()
-    if report is None:
+    report = diagnose(run_dir, NODE_STATES)
+    if report["geometric"] is None:
         return False
     out = nodes_path(kept)
     out.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"run_dir": run_dir, "step": agent.num_timesteps, **report}, indent=1)
+    text = json.dumps({"run_dir": run_dir, "step": report["step"], **report["geometric"]}, indent=1)
     out.write_text(text + "\n")
     return True
 
