@@ -296,15 +296,6 @@ _add("geometry.gauge_transforms", "_phi_and_dphi", [
     ('dphi = torch.einsum("...d,jd->...j", dz, field.a) + field.b * torch.cos(arg) * torch.einsum(', 'dphi = torch.einsum("...D,JD->...J", dz, field.a) + field.b * torch.cos(arg) * torch.einsum('),
     ('"...d,jd->...j", dz, field.w', '"...D,JD->...J", dz, field.w'),
 ], EINSUM_CASE)  # fmt: skip
-_add("geometry.gauge_transforms", "gauge_omega_derivative", [
-    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=None).expand_as(facs[..., 0, :, :])"),
-    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, ).expand_as(facs[..., 0, :, :])"),
-], DEVICE_ONLY)  # fmt: skip
-_add("geometry.gauge_transforms", "gauge_omega_derivative", [
-    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-2], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])"),
-    ("eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 0, :, :])", "eye = torch.eye(facs.shape[-1], dtype=z.dtype, device=z.device).expand_as(facs[..., 1, :, :])"),
-], "the factors are square [..., J, k, k] matrices: the identity is k x k either way, and every "
-   "factor index has the same shape to expand to")  # fmt: skip
 _add("geometry.wilson_lines", "_path_integral", [
     ("for t, w in zip(nodes, weights, strict=True):", f"for t, w in zip(nodes, weights, {after}):")
     for after in ("strict=None", "", "strict=False")

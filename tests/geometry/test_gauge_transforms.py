@@ -4,6 +4,7 @@ of transported inner products only with exact transport)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from geometry.gauge_transforms import (
@@ -35,6 +36,24 @@ def test_omega_is_orthogonal_and_its_derivative_matches_finite_differences():
     conn, _ = make_connection()
     a_t = gauge_transform_connection(conn, field)(z, dz)
     torch.testing.assert_close(a_t, -a_t.transpose(-1, -2))
+
+
+@pytest.mark.parametrize("k, n_colors", [(8, 2), (16, 2), (12, 3)])
+def test_omega_is_the_product_of_its_factors_matrix_exponentials(k, n_colors):
+    """gauge_omega's closed form (each factor's spectrum) against torch.linalg.matrix_exp of
+    phi_j(z) X_j, multiplied in order; SU(N) x SU(2) x U(1) generators give repeated eigenvalues."""
+    gens = gauge_generators(k, n_colors=n_colors, dtype=F64).stacked(1.0, 0.7, 0.4)
+    field = random_gauge_field(gens, D, n_factors=4, generator=torch.Generator().manual_seed(5))
+    z = ball_points(64, D, 0.99, seed=6)
+    phi = z @ field.a.T + field.b * torch.sin(z @ field.w.T + field.c)  # [64, J]
+    expected = torch.eye(k, dtype=F64).expand(64, k, k)
+    for j in range(field.X.shape[0]):
+        expected = expected @ torch.linalg.matrix_exp(phi[:, j, None, None] * field.X[j])
+    torch.testing.assert_close(gauge_omega(field, z), expected, rtol=0, atol=1e-12)
+    low = random_gauge_field(
+        gens.float(), D, n_factors=4, generator=torch.Generator().manual_seed(5)
+    )
+    torch.testing.assert_close(gauge_omega(low, z.float()), expected.float(), rtol=0, atol=5e-6)
 
 
 def test_wilson_lines_transform_covariantly_when_the_connection_is_transformed():
